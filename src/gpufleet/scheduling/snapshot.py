@@ -1,0 +1,335 @@
+"""The cluster snapshot: free capacity of every node as numpy arrays.
+
+The scheduling cycle reads and reserves in a snapshot; the controller binds through the backend
+and rolls back on failure. What-if changes return an undo function.
+
+Layout (``N`` nodes, ``G`` = max GPUs per node):
+
+- ``gpu_free[N, G]``: free milli-GPU of each GPU (0 for GPU slots a node does not have);
+- ``mig_free[N, G]``: free MIG memory-slice mask of each GPU of a MIG-mode node (0xFF = empty);
+- ``cpu_free[N]``, ``mem_free[N]``: free CPU milli-cores and memory MiB;
+- static per node: GPU type index, GPU count, GPU memory, sharing mode, capacity type,
+  $/GPU-hour, pool, and a ``schedulable`` mask (false while provisioning, draining or gone).
+
+Invariant: nothing is ever over-allocated — ``0 <= free <= capacity`` for every resource; the
+:meth:`allocate` and :meth:`release` methods check it and raise :class:`SchedulingError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.errors import SchedulingError
+from gpufleet.model.gpu import MIG_MEMORY_SLICES, MILLI, gpu_model
+from gpufleet.model.job import GpuRequest, JobSpec, PodPlacement
+from gpufleet.model.node import CapacityType, Node, SharingMode
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+FULL_MIG_MASK = (1 << MIG_MEMORY_SLICES) - 1
+SHARING_CODE = {SharingMode.EXCLUSIVE: 0, SharingMode.SHARED: 1, SharingMode.MIG: 2}
+CAPACITY_CODE = {CapacityType.ON_DEMAND: 0, CapacityType.SPOT: 1, CapacityType.RESERVED: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """One pod's demand, in the snapshot's units. Built once per job with :meth:`ClusterSnapshot.pod`."""
+
+    cpu_milli: int
+    memory_mib: int
+    gpu: GpuRequest
+    type_ok: BoolArray  # per snapshot GPU-type index: may this pod use that type?
+    min_gpu_memory_gib: float = 0.0
+    allow_spot: bool = False
+
+    @property
+    def gpu_count(self) -> int:
+        return self.gpu.count
+
+    @property
+    def milli(self) -> int:
+        return self.gpu.milli
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A reservation of one pod on one node (what :meth:`ClusterSnapshot.allocate` took)."""
+
+    node: int
+    gpus: tuple[int, ...]
+    milli: int  # per GPU (share for MIG)
+    cpu_milli: int
+    memory_mib: int
+    mig_mask: int = 0  # slices taken on gpus[0] (MIG only)
+
+
+class ClusterSnapshot:
+    def __init__(self, max_gpus: int = 8, capacity: int = 64) -> None:
+        self.max_gpus = max_gpus
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.gpu_types: list[str] = []  # type index → canonical model name
+        self._type_index: dict[str, int] = {}
+        self.pools: list[str] = []
+        self._pool_index: dict[str, int] = {}
+        self.n = 0
+        self._alloc(capacity)
+
+    # -- construction -------------------------------------------------------------------------
+    def _alloc(self, cap: int) -> None:
+        g = self.max_gpus
+
+        def grow(a: np.ndarray | None, shape: tuple[int, ...], dtype: type, fill: object = 0) -> np.ndarray:
+            new = np.full(shape, fill, dtype=dtype)
+            if a is not None:
+                new[: a.shape[0], ...] = a
+            return new
+
+        old = getattr(self, "gpu_free", None)
+        get = (lambda name: getattr(self, name)) if old is not None else (lambda name: None)
+        self.gpu_free = grow(get("gpu_free"), (cap, g), np.int64)
+        self.mig_free = grow(get("mig_free"), (cap, g), np.int64)
+        self.cpu_free = grow(get("cpu_free"), (cap,), np.int64)
+        self.mem_free = grow(get("mem_free"), (cap,), np.int64)
+        self.cpu_cap = grow(get("cpu_cap"), (cap,), np.int64)
+        self.mem_cap = grow(get("mem_cap"), (cap,), np.int64)
+        self.gpu_count = grow(get("gpu_count"), (cap,), np.int64)
+        self.gpu_type = grow(get("gpu_type"), (cap,), np.int64, -1)
+        self.gpu_mem_gib = grow(get("gpu_mem_gib"), (cap,), np.float64)
+        self.sharing = grow(get("sharing"), (cap,), np.int64, 1)
+        self.capacity_type = grow(get("capacity_type"), (cap,), np.int64)
+        self.gpu_hour_usd = grow(get("gpu_hour_usd"), (cap,), np.float64)
+        self.pool = grow(get("pool"), (cap,), np.int64)
+        self.schedulable = grow(get("schedulable"), (cap,), np.bool_, False)
+        self._cap = cap
+
+    def type_index(self, model: str) -> int:
+        idx = self._type_index.get(model)
+        if idx is None:
+            idx = len(self.gpu_types)
+            self.gpu_types.append(model)
+            self._type_index[model] = idx
+        return idx
+
+    def pool_index(self, pool: str) -> int:
+        idx = self._pool_index.get(pool)
+        if idx is None:
+            idx = len(self.pools)
+            self.pools.append(pool)
+            self._pool_index[pool] = idx
+        return idx
+
+    def add_node(self, node: Node, gpu_hour_usd: float = 0.0, schedulable: bool = True) -> int:
+        """Append a node (empty) and return its index. Names must be unique."""
+        if node.name in self.index:
+            raise SchedulingError(f"node '{node.name}' is already in the snapshot")
+        if node.gpu_count > self.max_gpus:
+            raise SchedulingError(f"node '{node.name}' has {node.gpu_count} GPUs; max is {self.max_gpus}")
+        if self.n == self._cap:
+            self._alloc(self._cap * 2)
+        i = self.n
+        self.n += 1
+        self.names.append(node.name)
+        self.index[node.name] = i
+        self.gpu_count[i] = node.gpu_count
+        self.gpu_free[i, :] = 0
+        self.gpu_free[i, : node.gpu_count] = MILLI
+        self.mig_free[i, :] = 0
+        if node.sharing is SharingMode.MIG:
+            self.mig_free[i, : node.gpu_count] = FULL_MIG_MASK
+        self.cpu_free[i] = self.cpu_cap[i] = node.cpu_milli
+        self.mem_free[i] = self.mem_cap[i] = node.memory_mib
+        self.gpu_type[i] = self.type_index(node.gpu_model) if node.gpu_count > 0 else -1
+        self.gpu_mem_gib[i] = gpu_model(node.gpu_model).memory_gib if node.gpu_model else 0.0
+        self.sharing[i] = SHARING_CODE[node.sharing]
+        self.capacity_type[i] = CAPACITY_CODE[node.capacity_type]
+        self.gpu_hour_usd[i] = gpu_hour_usd
+        self.pool[i] = self.pool_index(node.pool)
+        self.schedulable[i] = schedulable
+        return i
+
+    @classmethod
+    def from_nodes(cls, nodes: Iterable[Node], prices: Callable[[Node], float] | None = None) -> ClusterSnapshot:
+        nodes = list(nodes)
+        max_gpus = max([8, *(n.gpu_count for n in nodes)])
+        snap = cls(max_gpus=max_gpus, capacity=max(16, len(nodes)))
+        for node in nodes:
+            snap.add_node(node, prices(node) if prices else 0.0)
+        return snap
+
+    # -- views ----------------------------------------------------------------------------------
+    def gpu_cap_milli(self) -> IntArray:
+        return self.gpu_count[: self.n] * MILLI
+
+    def total_gpus(self) -> int:
+        return int(self.gpu_count[: self.n][self.schedulable[: self.n]].sum())
+
+    def allocated_milli(self) -> int:
+        live = self.schedulable[: self.n]
+        cap = int(self.gpu_count[: self.n][live].sum()) * MILLI
+        return cap - int(self.gpu_free[: self.n][live].sum())
+
+    def pod(self, spec: JobSpec, *, on_demand_only: bool = False) -> PodRequest:
+        """The per-pod request of a job in this snapshot's type indices."""
+        type_ok = np.ones(max(1, len(self.gpu_types)), dtype=np.bool_)
+        if spec.gpu_types:
+            from gpufleet.model.gpu import canonical_gpu_name
+
+            allowed = {canonical_gpu_name(t) or t for t in spec.gpu_types}
+            type_ok = np.array([t in allowed for t in self.gpu_types] or [False], dtype=np.bool_)
+        return PodRequest(
+            cpu_milli=spec.cpu_milli,
+            memory_mib=spec.memory_mib,
+            gpu=spec.gpu,
+            type_ok=type_ok,
+            min_gpu_memory_gib=spec.min_gpu_memory_gib,
+            allow_spot=spec.preemptible and not on_demand_only,
+        )
+
+    # -- filtering --------------------------------------------------------------------------------
+    def feasible(self, pod: PodRequest) -> BoolArray:
+        """Mask of nodes where ``pod`` fits now (vectorized Filter over all nodes)."""
+        n = self.n
+        ok = self.schedulable[:n] & (self.cpu_free[:n] >= pod.cpu_milli) & (self.mem_free[:n] >= pod.memory_mib)
+        if not pod.allow_spot:
+            ok &= self.capacity_type[:n] != CAPACITY_CODE[CapacityType.SPOT]
+        g = pod.gpu
+        if g.count == 0:
+            return ok
+        gt = self.gpu_type[:n]
+        type_ok = pod.type_ok
+        if len(type_ok) < len(self.gpu_types):  # types added after the pod was built: allowed iff no constraint
+            type_ok = np.concatenate([type_ok, np.full(len(self.gpu_types) - len(type_ok), bool(type_ok.all()))])
+        ok &= (gt >= 0) & type_ok[np.maximum(gt, 0)]
+        if pod.min_gpu_memory_gib > 0:
+            ok &= self.gpu_mem_gib[:n] >= pod.min_gpu_memory_gib
+        free = self.gpu_free[:n]
+        sharing = self.sharing[:n]
+        if g.is_mig:
+            ok &= sharing == SHARING_CODE[SharingMode.MIG]
+            if ok.any():
+                ok &= self._mig_fits(g.mig_profile or "", ok)
+            return ok
+        ok &= sharing != SHARING_CODE[SharingMode.MIG]
+        if g.is_fractional:
+            ok &= sharing == SHARING_CODE[SharingMode.SHARED]
+            ok &= (free >= g.milli).any(axis=1)
+        else:
+            ok &= (free >= MILLI).sum(axis=1) >= g.count
+        return ok
+
+    def _mig_fits(self, profile: str, candidates: BoolArray) -> BoolArray:
+        out = np.zeros(self.n, dtype=np.bool_)
+        for i in np.flatnonzero(candidates):
+            out[i] = self.mig_slot(int(i), profile) is not None
+        return out
+
+    def mig_slot(self, node: int, profile: str) -> tuple[int, int] | None:
+        """(gpu, mask) of the first valid MIG placement of ``profile`` on ``node``, else None.
+
+        Prefers the GPU with the fewest free slices that fits (packs slices, keeps empty GPUs).
+        """
+        model = gpu_model(self.gpu_types[int(self.gpu_type[node])])
+        prof = model.mig_profile(profile)
+        if prof is None:
+            return None
+        best: tuple[int, int, int] | None = None
+        for gi in range(int(self.gpu_count[node])):
+            free_mask = int(self.mig_free[node, gi])
+            for m in prof.masks():
+                if free_mask & m == m:
+                    nfree = bin(free_mask).count("1")
+                    if best is None or nfree < best[0]:
+                        best = (nfree, gi, m)
+                    break
+        return None if best is None else (best[1], best[2])
+
+    # -- reserve / release ------------------------------------------------------------------------
+    def allocate(self, a: Assignment) -> None:
+        """Take ``a`` from the node's free capacity. Raises if it does not fit (never over-allocates)."""
+        i = a.node
+        if self.cpu_free[i] < a.cpu_milli or self.mem_free[i] < a.memory_mib:
+            raise SchedulingError(f"over-allocation of CPU/memory on node {self.names[i]}")
+        for gi in a.gpus:
+            if gi >= self.gpu_count[i] or self.gpu_free[i, gi] < a.milli:
+                raise SchedulingError(f"over-allocation of GPU {gi} on node {self.names[i]}")
+        if a.mig_mask:
+            gi = a.gpus[0]
+            if int(self.mig_free[i, gi]) & a.mig_mask != a.mig_mask:
+                raise SchedulingError(f"MIG slices already taken on GPU {gi} of node {self.names[i]}")
+            self.mig_free[i, gi] &= ~a.mig_mask
+        self.cpu_free[i] -= a.cpu_milli
+        self.mem_free[i] -= a.memory_mib
+        for gi in a.gpus:
+            self.gpu_free[i, gi] -= a.milli
+
+    def release(self, a: Assignment) -> None:
+        """Give ``a`` back. Raises if that would exceed capacity (a double release)."""
+        i = a.node
+        if self.cpu_free[i] + a.cpu_milli > self.cpu_cap[i] or self.mem_free[i] + a.memory_mib > self.mem_cap[i]:
+            raise SchedulingError(f"double release of CPU/memory on node {self.names[i]}")
+        for gi in a.gpus:
+            if self.gpu_free[i, gi] + a.milli > MILLI:
+                raise SchedulingError(f"double release of GPU {gi} on node {self.names[i]}")
+        if a.mig_mask:
+            gi = a.gpus[0]
+            if int(self.mig_free[i, gi]) & a.mig_mask:
+                raise SchedulingError(f"double release of MIG slices on GPU {gi} of node {self.names[i]}")
+            self.mig_free[i, gi] |= a.mig_mask
+        self.cpu_free[i] += a.cpu_milli
+        self.mem_free[i] += a.memory_mib
+        for gi in a.gpus:
+            self.gpu_free[i, gi] += a.milli
+
+    def assignment(self, node: int, pod: PodRequest, gpus: tuple[int, ...] | None = None) -> Assignment | None:
+        """A default assignment of ``pod`` on ``node`` (GPU choice: MIG first slot; fractions best fit;
+        whole GPUs the lowest free indices), or None if it does not fit."""
+        g = pod.gpu
+        mig_mask = 0
+        milli = g.milli
+        if g.count == 0:
+            gpus = ()
+        elif g.is_mig:
+            slot = self.mig_slot(node, g.mig_profile or "")
+            if slot is None:
+                return None
+            gpus, mig_mask = (slot[0],), slot[1]
+            prof = gpu_model(self.gpu_types[int(self.gpu_type[node])]).mig_profile(g.mig_profile or "")
+            milli = prof.milli if prof else milli
+        elif gpus is None:
+            free = self.gpu_free[node, : int(self.gpu_count[node])]
+            if g.is_fractional:
+                fits = np.flatnonzero(free >= milli)
+                if len(fits) == 0:
+                    return None
+                gpus = (int(fits[np.argmin(free[fits])]),)
+            else:
+                whole = np.flatnonzero(free >= MILLI)
+                if len(whole) < g.count:
+                    return None
+                gpus = tuple(int(x) for x in whole[: g.count])
+        return Assignment(node, gpus, milli, pod.cpu_milli, pod.memory_mib, mig_mask)
+
+    def placement_of(self, a: Assignment) -> PodPlacement:
+        return PodPlacement(self.names[a.node], a.gpus, a.milli, a.mig_mask)
+
+    def assignment_of(self, p: PodPlacement, cpu_milli: int, memory_mib: int) -> Assignment:
+        return Assignment(self.index[p.node], p.gpus, p.milli, cpu_milli, memory_mib, p.mig_mask)
+
+    def remove(self, assignments: Iterable[Assignment]) -> Callable[[], None]:
+        """What-if: release ``assignments`` and return a function that takes them back."""
+        done = list(assignments)
+        for a in done:
+            self.release(a)
+
+        def restore() -> None:
+            for a in reversed(done):
+                self.allocate(a)
+
+        return restore
