@@ -1,0 +1,34 @@
+"""What every trace loader returns.
+
+A :class:`Trace` is a list of jobs with their submit times (seconds from the trace's start,
+sorted) and, where the trace has them, the cluster's nodes. Loaders raise
+:class:`gpufleet.errors.TraceError` naming the file, line and field of a bad row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.model.job import JobSpec
+from gpufleet.model.node import Node, NodePool
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    submit_time: float  # seconds from the start of the trace
+    spec: JobSpec  # ``spec.duration_s`` is how long it really runs
+
+
+@dataclass(slots=True)
+class Trace:
+    name: str
+    jobs: list[TraceJob]
+    nodes: list[Node] = field(default_factory=list)
+    pools: list[NodePool] = field(default_factory=list)
+    source: str = ""  # file or generator that produced it
+
+    def __post_init__(self) -> None:
+        self.jobs.sort(key=lambda j: j.submit_time)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
