@@ -25,6 +25,7 @@ from gpufleet.errors import RegistryError
 
 if TYPE_CHECKING:
     from gpufleet.model.job import Job
+    from gpufleet.scheduling.usage import UsageTracker
     from gpufleet.scheduling.snapshot import (
         Assignment,
         ClusterSnapshot,
@@ -96,11 +97,27 @@ class ScorePlugin(Protocol):
         ...
 
 
+@dataclass(slots=True)
+class SortContext:
+    """What ordering may look at: the time, team usage, cluster totals, team weights."""
+
+    now: float
+    usage: UsageTracker
+    gpu_total_milli: int = 0
+    cpu_total_milli: int = 0
+    memory_total_mib: int = 0
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+    def weight(self, team: str) -> float:
+        return self.weights.get(team, 1.0)
+
+
 class QueueSort(Protocol):
     name: str
 
-    def key(self, job: Job, now: float) -> tuple[float, ...]:
-        """Sort key; smaller runs first. Must be total (end with the submit time and job id)."""
+    def order(self, jobs: Sequence[Job], ctx: SortContext) -> list[Job]:
+        """The pending jobs in the order the cycle should try them. Deterministic: ties end on
+        submit time and job id."""
         ...
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.errors import SchedulingError
-from gpufleet.model.gpu import MIG_MEMORY_SLICES, MILLI, gpu_model
+from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, MILLI, canonical_gpu_name, gpu_model
 from gpufleet.model.job import GpuRequest, JobSpec, PodPlacement
 from gpufleet.model.node import CapacityType, Node, SharingMode
 
@@ -63,10 +63,16 @@ class Assignment:
 
     node: int
     gpus: tuple[int, ...]
-    milli: int  # per GPU (share for MIG)
+    milli: int  # per GPU (for MIG: what the slice takes off the GPU's free milli, see allocate)
     cpu_milli: int
     memory_mib: int
-    mig_mask: int = 0  # slices taken on gpus[0] (MIG only)
+    mig_mask: int = 0  # memory slices taken on gpus[0] (MIG only)
+    mig_compute: int = 0  # compute slices taken on gpus[0] (MIG only)
+
+
+def _mig_free_milli(used_compute_slices: int) -> int:
+    """Free milli-GPU of a MIG GPU with that many compute slices in use (of 7)."""
+    return MILLI - round(MILLI * used_compute_slices / MIG_COMPUTE_SLICES)
 
 
 class ClusterSnapshot:
@@ -95,6 +101,7 @@ class ClusterSnapshot:
         get = (lambda name: getattr(self, name)) if old is not None else (lambda name: None)
         self.gpu_free = grow(get("gpu_free"), (cap, g), np.int64)
         self.mig_free = grow(get("mig_free"), (cap, g), np.int64)
+        self.mig_used = grow(get("mig_used"), (cap, g), np.int64)  # compute slices in use (MIG GPUs)
         self.cpu_free = grow(get("cpu_free"), (cap,), np.int64)
         self.mem_free = grow(get("mem_free"), (cap,), np.int64)
         self.cpu_cap = grow(get("cpu_cap"), (cap,), np.int64)
@@ -141,11 +148,13 @@ class ClusterSnapshot:
         self.gpu_free[i, :] = 0
         self.gpu_free[i, : node.gpu_count] = MILLI
         self.mig_free[i, :] = 0
+        self.mig_used[i, :] = 0
         if node.sharing is SharingMode.MIG:
             self.mig_free[i, : node.gpu_count] = FULL_MIG_MASK
         self.cpu_free[i] = self.cpu_cap[i] = node.cpu_milli
         self.mem_free[i] = self.mem_cap[i] = node.memory_mib
-        self.gpu_type[i] = self.type_index(node.gpu_model) if node.gpu_count > 0 else -1
+        model = canonical_gpu_name(node.gpu_model) or node.gpu_model
+        self.gpu_type[i] = self.type_index(model) if node.gpu_count > 0 else -1
         self.gpu_mem_gib[i] = gpu_model(node.gpu_model).memory_gib if node.gpu_model else 0.0
         self.sharing[i] = SHARING_CODE[node.sharing]
         self.capacity_type[i] = CAPACITY_CODE[node.capacity_type]
@@ -179,8 +188,6 @@ class ClusterSnapshot:
         """The per-pod request of a job in this snapshot's type indices."""
         type_ok = np.ones(max(1, len(self.gpu_types)), dtype=np.bool_)
         if spec.gpu_types:
-            from gpufleet.model.gpu import canonical_gpu_name
-
             allowed = {canonical_gpu_name(t) or t for t in spec.gpu_types}
             type_ok = np.array([t in allowed for t in self.gpu_types] or [False], dtype=np.bool_)
         return PodRequest(
@@ -224,6 +231,35 @@ class ClusterSnapshot:
             ok &= (free >= MILLI).sum(axis=1) >= g.count
         return ok
 
+    def fits(self, i: int, pod: PodRequest) -> bool:
+        """Scalar Filter: does ``pod`` fit on node ``i`` now? (Same rules as :meth:`feasible`.)"""
+        if not self.schedulable[i] or self.cpu_free[i] < pod.cpu_milli or self.mem_free[i] < pod.memory_mib:
+            return False
+        if not pod.allow_spot and self.capacity_type[i] == CAPACITY_CODE[CapacityType.SPOT]:
+            return False
+        g = pod.gpu
+        if g.count == 0:
+            return True
+        t = int(self.gpu_type[i])
+        if t < 0:
+            return False
+        if t < len(pod.type_ok):
+            if not pod.type_ok[t]:
+                return False
+        elif not pod.type_ok.all():
+            return False
+        if pod.min_gpu_memory_gib > 0 and self.gpu_mem_gib[i] < pod.min_gpu_memory_gib:
+            return False
+        mode = int(self.sharing[i])
+        if g.is_mig:
+            return mode == SHARING_CODE[SharingMode.MIG] and self.mig_slot(i, g.mig_profile or "") is not None
+        if mode == SHARING_CODE[SharingMode.MIG]:
+            return False
+        free = self.gpu_free[i, : int(self.gpu_count[i])]
+        if g.is_fractional:
+            return mode == SHARING_CODE[SharingMode.SHARED] and bool((free >= g.milli).any())
+        return int((free >= MILLI).sum()) >= g.count
+
     def _mig_fits(self, profile: str, candidates: BoolArray) -> BoolArray:
         out = np.zeros(self.n, dtype=np.bool_)
         for i in np.flatnonzero(candidates):
@@ -233,7 +269,8 @@ class ClusterSnapshot:
     def mig_slot(self, node: int, profile: str) -> tuple[int, int] | None:
         """(gpu, mask) of the first valid MIG placement of ``profile`` on ``node``, else None.
 
-        Prefers the GPU with the fewest free slices that fits (packs slices, keeps empty GPUs).
+        Prefers the GPU with the fewest free slices that fits (packs slices, keeps empty GPUs), and on
+        it the highest valid start, which keeps start 0 free for the large profiles that need it.
         """
         model = gpu_model(self.gpu_types[int(self.gpu_type[node])])
         prof = model.mig_profile(profile)
@@ -242,7 +279,7 @@ class ClusterSnapshot:
         best: tuple[int, int, int] | None = None
         for gi in range(int(self.gpu_count[node])):
             free_mask = int(self.mig_free[node, gi])
-            for m in prof.masks():
+            for m in reversed(prof.masks()):
                 if free_mask & m == m:
                     nfree = bin(free_mask).count("1")
                     if best is None or nfree < best[0]:
@@ -256,42 +293,48 @@ class ClusterSnapshot:
         i = a.node
         if self.cpu_free[i] < a.cpu_milli or self.mem_free[i] < a.memory_mib:
             raise SchedulingError(f"over-allocation of CPU/memory on node {self.names[i]}")
-        for gi in a.gpus:
-            if gi >= self.gpu_count[i] or self.gpu_free[i, gi] < a.milli:
-                raise SchedulingError(f"over-allocation of GPU {gi} on node {self.names[i]}")
         if a.mig_mask:
             gi = a.gpus[0]
             if int(self.mig_free[i, gi]) & a.mig_mask != a.mig_mask:
                 raise SchedulingError(f"MIG slices already taken on GPU {gi} of node {self.names[i]}")
             self.mig_free[i, gi] &= ~a.mig_mask
+            self.mig_used[i, gi] += a.mig_compute
+            self.gpu_free[i, gi] = _mig_free_milli(int(self.mig_used[i, gi]))
+        else:
+            for gi in a.gpus:
+                if gi >= self.gpu_count[i] or self.gpu_free[i, gi] < a.milli:
+                    raise SchedulingError(f"over-allocation of GPU {gi} on node {self.names[i]}")
+            for gi in a.gpus:
+                self.gpu_free[i, gi] -= a.milli
         self.cpu_free[i] -= a.cpu_milli
         self.mem_free[i] -= a.memory_mib
-        for gi in a.gpus:
-            self.gpu_free[i, gi] -= a.milli
 
     def release(self, a: Assignment) -> None:
         """Give ``a`` back. Raises if that would exceed capacity (a double release)."""
         i = a.node
         if self.cpu_free[i] + a.cpu_milli > self.cpu_cap[i] or self.mem_free[i] + a.memory_mib > self.mem_cap[i]:
             raise SchedulingError(f"double release of CPU/memory on node {self.names[i]}")
-        for gi in a.gpus:
-            if self.gpu_free[i, gi] + a.milli > MILLI:
-                raise SchedulingError(f"double release of GPU {gi} on node {self.names[i]}")
         if a.mig_mask:
             gi = a.gpus[0]
             if int(self.mig_free[i, gi]) & a.mig_mask:
                 raise SchedulingError(f"double release of MIG slices on GPU {gi} of node {self.names[i]}")
             self.mig_free[i, gi] |= a.mig_mask
+            self.mig_used[i, gi] -= a.mig_compute
+            self.gpu_free[i, gi] = _mig_free_milli(int(self.mig_used[i, gi]))
+        else:
+            for gi in a.gpus:
+                if self.gpu_free[i, gi] + a.milli > MILLI:
+                    raise SchedulingError(f"double release of GPU {gi} on node {self.names[i]}")
+            for gi in a.gpus:
+                self.gpu_free[i, gi] += a.milli
         self.cpu_free[i] += a.cpu_milli
         self.mem_free[i] += a.memory_mib
-        for gi in a.gpus:
-            self.gpu_free[i, gi] += a.milli
 
     def assignment(self, node: int, pod: PodRequest, gpus: tuple[int, ...] | None = None) -> Assignment | None:
         """A default assignment of ``pod`` on ``node`` (GPU choice: MIG first slot; fractions best fit;
         whole GPUs the lowest free indices), or None if it does not fit."""
         g = pod.gpu
-        mig_mask = 0
+        mig_mask = mig_compute = 0
         milli = g.milli
         if g.count == 0:
             gpus = ()
@@ -301,7 +344,9 @@ class ClusterSnapshot:
                 return None
             gpus, mig_mask = (slot[0],), slot[1]
             prof = gpu_model(self.gpu_types[int(self.gpu_type[node])]).mig_profile(g.mig_profile or "")
-            milli = prof.milli if prof else milli
+            if prof is None:
+                return None
+            milli, mig_compute = prof.milli, prof.compute_slices
         elif gpus is None:
             free = self.gpu_free[node, : int(self.gpu_count[node])]
             if g.is_fractional:
@@ -314,13 +359,17 @@ class ClusterSnapshot:
                 if len(whole) < g.count:
                     return None
                 gpus = tuple(int(x) for x in whole[: g.count])
-        return Assignment(node, gpus, milli, pod.cpu_milli, pod.memory_mib, mig_mask)
+        return Assignment(node, gpus, milli, pod.cpu_milli, pod.memory_mib, mig_mask, mig_compute)
 
     def placement_of(self, a: Assignment) -> PodPlacement:
         return PodPlacement(self.names[a.node], a.gpus, a.milli, a.mig_mask)
 
     def assignment_of(self, p: PodPlacement, cpu_milli: int, memory_mib: int) -> Assignment:
-        return Assignment(self.index[p.node], p.gpus, p.milli, cpu_milli, memory_mib, p.mig_mask)
+        compute = 0
+        if p.mig_mask:
+            model = gpu_model(self.gpu_types[int(self.gpu_type[self.index[p.node]])])
+            compute = next((m.compute_slices for m in model.mig_profiles if m.milli == p.milli), 0)
+        return Assignment(self.index[p.node], p.gpus, p.milli, cpu_milli, memory_mib, p.mig_mask, compute)
 
     def remove(self, assignments: Iterable[Assignment]) -> Callable[[], None]:
         """What-if: release ``assignments`` and return a function that takes them back."""

@@ -1,0 +1,57 @@
+"""The ``gpufleet`` command. Commands are thin: parse, call one function, render."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from gpufleet import __version__
+from gpufleet.cli.common import console, handle_errors
+from gpufleet.cli.experiment import experiment_app
+from gpufleet.cli.simulate import simulate
+
+app = typer.Typer(
+    name="gpufleet",
+    help="Cost-aware GPU scheduler and cost manager.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("simulate")(simulate)
+app.add_typer(experiment_app, name="experiment", help="Reproducible experiments (e.g. FGD fragmentation).")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    console.print(__version__)
+
+
+@app.command()
+@handle_errors
+def prices(
+    gpu: Annotated[str | None, typer.Option(help="only this GPU model")] = None,
+    path: Annotated[str | None, typer.Option(help="a price catalog CSV (default: the bundled one)")] = None,
+) -> None:
+    """Show the GPU price catalog with its provenance."""
+    from gpufleet.cost.catalog import PriceCatalog
+
+    cat = PriceCatalog.load(path)
+    table = Table(title=f"GPU prices — {cat.provenance.path} (sha256 {cat.provenance.sha256[:12]})")
+    for col in ("provider", "region", "offering", "gpu", "gpus", "on-demand $/h", "spot $/h", "$/GPU-h"):
+        table.add_column(col)
+    for e in cat.entries:
+        if gpu and e.gpu != gpu:
+            continue
+        spot = "–" if not e.has_spot else f"{e.spot_usd_per_hour_min:.4f}–{e.spot_usd_per_hour_max:.4f}"
+        table.add_row(e.provider, e.region, e.offering, e.gpu, str(e.gpu_count), f"{e.on_demand_usd_per_hour:.4f}",
+                      spot, f"{e.on_demand_usd_per_hour / e.gpu_count:.4f}")
+    console.print(table)
+    for w in cat.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+if __name__ == "__main__":
+    app()

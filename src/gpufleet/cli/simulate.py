@@ -1,0 +1,89 @@
+"""``gpufleet simulate``: replay a trace through the real scheduler and report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from gpufleet.cli.common import console, handle_errors
+from gpufleet.scheduling.profile import Profile, load_profile
+from gpufleet.sim.clusterspec import load_cluster
+from gpufleet.sim.engine import SimOptions
+from gpufleet.sim.report import render_html
+from gpufleet.sim.runner import TraceOptions, load_trace, run_simulation
+
+
+@handle_errors
+def simulate(
+    trace: Annotated[str, typer.Option(help="openb[:variant] | philly:PATH | synthetic[:seed] | FILE.jsonl|.csv")] = "openb",
+    profile: Annotated[Path | None, typer.Option(help="scheduler profile YAML")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="cluster YAML (nodes and pools)")] = None,
+    placement: Annotated[str | None, typer.Option(help="placement policy (overrides the profile)")] = None,
+    queue: Annotated[str | None, typer.Option(help="queue sort: fifo|priority|drf|decayed")] = None,
+    backfill: Annotated[str | None, typer.Option(help="easy|greedy|strict")] = None,
+    autoscale: Annotated[bool | None, typer.Option("--autoscale/--no-autoscale", help="autoscaler on/off")] = None,
+    spot_hazard: Annotated[float, typer.Option(help="spot interruptions per spot node-hour")] = 0.0,
+    failure_prob: Annotated[float, typer.Option(help="chance a run fails")] = 0.0,
+    preemptible: Annotated[float, typer.Option(help="philly: fraction of preemptible, checkpointing jobs")] = 0.0,
+    limit: Annotated[int | None, typer.Option(help="only the first N jobs", min=1)] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    report: Annotated[Path | None, typer.Option(help="write a self-contained HTML report here")] = None,
+    out: Annotated[Path | None, typer.Option(help="write jobs.csv, timeseries.csv and result.json here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Replay a trace with queueing, quotas, fair share, preemption, backfill, spot and autoscaling."""
+    prof = load_profile(profile) if profile else Profile()
+    overrides: dict[str, object] = {}
+    if placement:
+        overrides["placement"] = [{"name": p.strip()} for p in placement.split(",")]
+    if queue:
+        overrides["queue_sort"] = queue
+    if backfill:
+        overrides["backfill"] = backfill
+    if autoscale is not None:
+        overrides["autoscaler"] = {**prof.autoscaler.model_dump(), "enabled": autoscale}
+    if overrides:
+        prof = load_profile({**prof.model_dump(), **overrides}, source="command line")
+    tr = load_trace(trace, TraceOptions(limit=limit, preemptible_fraction=preemptible, seed=seed))
+    spec = load_cluster(cluster) if cluster else None
+    opts = SimOptions(seed=seed, spot_hazard_per_node_hour=spot_hazard, failure_prob=failure_prob)
+    if not as_json:
+        console.print(f"simulating [bold]{tr.name}[/]: {len(tr.jobs):,} jobs …")
+    result = run_simulation(tr, prof, cluster=spec, options=opts)
+    summary = result.summary()
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(render_html(result), encoding="utf-8")
+    if out:
+        result.to_csv(out)
+        result.to_json(out / "result.json")
+    if as_json:
+        print(json.dumps(summary, default=str))
+        return
+    table = Table(title=f"{tr.name} — {prof.queue_sort} / {'+'.join(p.name for p in prof.placement)} / "
+                        f"backfill {prof.backfill}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in summary.items():
+        if isinstance(v, dict):
+            for kk, vv in v.items():
+                table.add_row(f"{k}.{kk}", _fmt(vv))
+        else:
+            table.add_row(k, _fmt(v))
+    console.print(table)
+    if report:
+        console.print(f"report: {report}")
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)

@@ -1,0 +1,308 @@
+"""The scheduling cycle: one pass from a queue and a snapshot to decisions.
+
+Phases (numbered as in DESIGN.md):
+
+1. order the queue (nominated jobs — whose victims are being stopped — first);
+2. admit each job against quotas (types it may use);
+3. filter, score and reserve in the snapshot (gangs all or nothing);
+4. when a job does not fit: try preemption (PostFilter); if it still waits and is the first such
+   job, make its EASY-backfill reservation: later jobs may only use the reserved nodes if they end
+   (by their runtime estimate) before the reservation's shadow time; collect it for the autoscaler;
+5. emit decisions (placements are already reserved; the caller binds them, and on failure calls
+   :meth:`Scheduler.unreserve`);
+6. scale down nodes idle past their TTL.
+
+The scheduler keeps the team usage (for fair share and quotas), the preemption graph, the
+nominations and the autoscaler's idle timers. It never reads a clock: ``now`` is passed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufleet.model.job import Job
+from gpufleet.scheduling.autoscaler import Autoscaler, AutoscalerConfig, PoolState, ScaleDown, ScaleUp
+from gpufleet.scheduling.framework import SUCCESS, Code, QueueSort, ScorePlugin, SortContext, Status
+from gpufleet.scheduling.placement.base import place_one
+from gpufleet.scheduling.preemption import PreemptionGraph, RunningJob, VictimFilter, plan_preemption
+from gpufleet.scheduling.quota import QuotaPolicy
+from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot, PodRequest
+from gpufleet.scheduling.usage import UsageTracker
+
+BACKFILL_MODES = ("easy", "greedy", "strict")
+
+
+@dataclass(frozen=True, slots=True)
+class CycleConfig:
+    backfill: str = "easy"  # easy | greedy (skip blocked jobs) | strict (stop at the first blocked job)
+    preemption: bool = True
+    max_spot_restarts: int = 3  # after this many spot interruptions a job runs on-demand only
+    autoscaler: AutoscalerConfig = field(default_factory=AutoscalerConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    job: Job
+    assignments: tuple[Assignment, ...]
+    backfilled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    victim: RunningJob
+    preemptor: str
+    reason: str
+
+
+@dataclass(slots=True)
+class Decisions:
+    placements: list[Placement] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    scale_up: list[ScaleUp] = field(default_factory=list)
+    scale_down: list[ScaleDown] = field(default_factory=list)
+    waiting: dict[str, Status] = field(default_factory=dict)  # job id → why it still waits
+    reservation: tuple[str, float] | None = None  # (job id, shadow time) of the EASY reservation
+
+
+@dataclass(slots=True)
+class ClusterState:
+    """What one cycle reads. The snapshot is the world's cache; the cycle reserves in it."""
+
+    snapshot: ClusterSnapshot
+    pending: Sequence[Job]
+    running: Mapping[str, RunningJob]
+    pools: Sequence[PoolState] = ()
+
+
+class Scheduler:
+    def __init__(
+        self,
+        queue_sort: QueueSort,
+        placement: ScorePlugin,
+        config: CycleConfig | None = None,
+        quotas: QuotaPolicy | None = None,
+        usage: UsageTracker | None = None,
+        weights: Mapping[str, float] | None = None,
+    ) -> None:
+        self.queue_sort = queue_sort
+        self.placement = placement
+        self.config = config or CycleConfig()
+        if self.config.backfill not in BACKFILL_MODES:
+            raise ValueError(f"backfill must be one of {BACKFILL_MODES}")
+        self.quotas = quotas or QuotaPolicy()
+        self.usage = usage or UsageTracker()
+        self.weights = dict(weights or {})
+        for team, q in self.quotas.quotas.items():
+            self.weights.setdefault(team, q.weight)
+        self.graph = PreemptionGraph()
+        self.autoscaler = Autoscaler(self.config.autoscaler)
+        self.nominated: dict[str, set[str]] = {}  # preemptor id → victim ids still stopping
+
+    # -- usage bookkeeping (the world calls these when jobs start and stop) -----------------------
+    def account(self, job: Job, assignments: Sequence[Assignment], snap: ClusterSnapshot, now: float, sign: int) -> None:
+        for a in assignments:
+            t = int(snap.gpu_type[a.node])
+            gtype = snap.gpu_types[t] if t >= 0 else ""
+            milli = a.milli * len(a.gpus)
+            args = (job.team, gtype, milli, a.cpu_milli, a.memory_mib, now)
+            if sign > 0:
+                self.usage.add(*args)
+            else:
+                self.usage.remove(*args)
+
+    def unreserve(self, placement: Placement, snap: ClusterSnapshot, now: float) -> None:
+        """Roll back a reservation whose bind failed. Not idempotent: call it once per failure."""
+        for a in placement.assignments:
+            snap.release(a)
+        self.account(placement.job, placement.assignments, snap, now, -1)
+
+    def job_stopped(self, job_id: str) -> None:
+        """Forget nominations once a victim is gone."""
+        for pre in list(self.nominated):
+            self.nominated[pre].discard(job_id)
+
+    # -- the cycle ---------------------------------------------------------------------------------
+    def cycle(self, state: ClusterState, now: float) -> Decisions:
+        snap = state.snapshot
+        out = Decisions()
+        n = snap.n
+        live = snap.schedulable[:n]
+        ctx = SortContext(
+            now=now,
+            usage=self.usage,
+            gpu_total_milli=int(snap.gpu_count[:n][live].sum()) * 1000,
+            cpu_total_milli=int(snap.cpu_cap[:n][live].sum()),
+            memory_total_mib=int(snap.mem_cap[:n][live].sum()),
+            weights=self.weights,
+        )
+        # 1. order: nominated jobs first (their room is being freed), then the queue policy
+        order = self.queue_sort.order(state.pending, ctx)
+        if self.nominated:
+            order.sort(key=lambda j: j.id not in self.nominated)
+        blocked_for_capacity: list[tuple[Job, PodRequest]] = []
+        failed_shapes: set[tuple[object, ...]] = set()
+        reserved_nodes: np.ndarray | None = None
+        shadow = math.inf
+        head_blocked = False
+        running = state.running
+        gone: set[str] = set()  # victims chosen in this cycle
+        for job in order:
+            if self.nominated.get(job.id):
+                out.waiting[job.id] = Status(Code.UNSCHEDULABLE, "waiting for preempted jobs to stop")
+                continue
+            pod = snap.pod(job.spec, on_demand_only=job.on_demand_only)
+            # 2. quotas
+            verdict = None
+            if self.quotas and job.spec.gpu.count:
+                verdict = self.quotas.admit(job.team, job.spec.total_gpu_milli, snap.gpu_types, self.usage)
+                type_ok = pod.type_ok & verdict.type_ok[: len(pod.type_ok)]
+                if not type_ok.any():
+                    status = self._try_reclaim(snap, job, pod, verdict.within_nominal, running, gone, out, now)
+                    out.waiting[job.id] = status if not status.ok else Status(Code.UNSCHEDULABLE, verdict.reason)
+                    continue
+                pod = dataclasses.replace(pod, type_ok=type_ok)
+            est = job.remaining_estimate(now)
+            ends_before_shadow = est is not None and now + est <= shadow
+            # a shape that failed in this cycle fails again (the cycle only takes capacity)
+            key = (pod.cpu_milli, pod.memory_mib, pod.gpu, pod.type_ok.tobytes(), pod.min_gpu_memory_gib,
+                   pod.allow_spot, job.spec.gang_size, ends_before_shadow)
+            # 3. filter, score, reserve
+            assignments = None
+            if key not in failed_shapes:
+                if reserved_nodes is not None and not ends_before_shadow:
+                    saved = snap.schedulable[reserved_nodes].copy()
+                    snap.schedulable[reserved_nodes] = False
+                    try:
+                        assignments = self._place_gang(snap, pod, job.spec.gang_size)
+                    finally:
+                        snap.schedulable[reserved_nodes] = saved
+                else:
+                    assignments = self._place_gang(snap, pod, job.spec.gang_size)
+            if assignments is not None:
+                self.account(job, assignments, snap, now, +1)
+                out.placements.append(Placement(job, assignments, backfilled=head_blocked))
+                self.nominated.pop(job.id, None)
+                continue
+            failed_shapes.add(key)
+            # 4. does not fit: preemption, reservation, autoscaler
+            if self.config.preemption and job.spec.gang_size == 1 and not head_blocked:
+                within = verdict.within_nominal if verdict is not None else None
+                status = self._try_preempt(snap, job, pod, running, gone, out, now, within)
+                if status.ok:
+                    out.waiting[job.id] = Status(Code.UNSCHEDULABLE, "preempting to make room")
+                    continue
+            out.waiting[job.id] = Status(Code.UNSCHEDULABLE, "no node has room")
+            blocked_for_capacity.append((job, pod))
+            if not head_blocked:
+                head_blocked = True
+                if self.config.backfill == "strict":
+                    break
+                if self.config.backfill == "easy":
+                    shadow, nodes = self._reservation(snap, job, pod, (r for r in running.values() if r.job.id not in gone), now)
+                    reserved_nodes = np.array(sorted(nodes), dtype=np.int64)
+                    out.reservation = (job.id, shadow)
+        # autoscaler
+        if blocked_for_capacity:
+            out.scale_up = self.autoscaler.scale_up(
+                blocked_for_capacity, state.pools, snap, queue_length=len(state.pending), now=now
+            )
+        # 6. scale down
+        out.scale_down = self.autoscaler.scale_down(snap, state.pools, now)
+        return out
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _place_gang(self, snap: ClusterSnapshot, pod: PodRequest, gang: int) -> tuple[Assignment, ...] | None:
+        taken: list[Assignment] = []
+        for _ in range(gang):
+            a = place_one(snap, self.placement, pod)
+            if a is None:
+                for t in reversed(taken):
+                    snap.release(t)
+                return None
+            snap.allocate(a)
+            taken.append(a)
+        return tuple(taken)
+
+    def _victim_filter(self, job: Job, snap: ClusterSnapshot, within_nominal: np.ndarray | None) -> VictimFilter:
+        def may(rj: RunningJob) -> str | None:
+            v = rj.job
+            if v.priority < job.priority and v.spec.preemptible:
+                return f"preempted by higher-priority job {job.id} ({job.spec.priority_class})"
+            if (
+                within_nominal is not None
+                and v.team != job.team
+                and rj.gpu_type in snap.gpu_types
+                and self.quotas.quotas.get(v.team) is not None
+                and self.quotas.quotas.get(job.team) is not None
+                and self.quotas.quotas[v.team].cohort == self.quotas.quotas[job.team].cohort is not None
+                and within_nominal[snap.gpu_types.index(rj.gpu_type)]
+                and self.quotas.is_borrowing(v.team, rj.gpu_type, self.usage)
+            ):
+                return f"quota reclaimed by team {job.team} (job {job.id})"
+            return None
+
+        return may
+
+    def _try_preempt(
+        self, snap: ClusterSnapshot, job: Job, pod: PodRequest, running: Mapping[str, RunningJob], gone: set[str],
+        out: Decisions, now: float, within_nominal: np.ndarray | None = None,
+    ) -> Status:
+        candidates = (rj for rj in running.values() if rj.job.id not in gone)
+        plan = plan_preemption(snap, job, pod, candidates, self._victim_filter(job, snap, within_nominal),
+                               self.graph, now)
+        if plan is None:
+            return Status(Code.UNSCHEDULABLE, "no preemption frees enough room")
+        victims = set()
+        for rj, why in zip(plan.victims, plan.reasons, strict=True):
+            self.graph.add(job.id, rj.job.id)
+            out.preemptions.append(Preemption(rj, job.id, why))
+            victims.add(rj.job.id)
+            gone.add(rj.job.id)
+        self.nominated[job.id] = victims
+        return SUCCESS
+
+    def _try_reclaim(
+        self, snap: ClusterSnapshot, job: Job, pod: PodRequest, within_nominal: np.ndarray,
+        running: Mapping[str, RunningJob], gone: set[str], out: Decisions, now: float,
+    ) -> Status:
+        """The team is within nominal quota but its cohort lent it out: take it back."""
+        if not self.config.preemption or job.spec.gang_size != 1 or not within_nominal.any():
+            return Status(Code.UNSCHEDULABLE, "quota")
+        type_ok = pod.type_ok & within_nominal[: len(pod.type_ok)]
+        rpod = dataclasses.replace(pod, type_ok=type_ok)
+        return self._try_preempt(snap, job, rpod, running, gone, out, now, within_nominal)
+
+    def _reservation(
+        self, snap: ClusterSnapshot, job: Job, pod: PodRequest, running: Iterable[RunningJob], now: float
+    ) -> tuple[float, set[int]]:
+        """EASY backfill: the earliest time the blocked job fits as running jobs end (by estimate),
+        and the nodes it would use then. Unknown end times count as never."""
+        ends: list[tuple[float, str, RunningJob]] = []
+        for rj in running:
+            rem = rj.job.remaining_estimate(now)
+            ends.append((math.inf if rem is None else now + rem, rj.job.id, rj))
+        ends.sort(key=lambda e: (e[0], e[1]))
+        restores = []
+        shadow, nodes = math.inf, set()
+        try:
+            for t_end, _, rj in ends:
+                if math.isinf(t_end):
+                    break
+                restores.append(snap.remove(rj.assignments))
+                if job.spec.gang_size == 1 and not any(snap.fits(a.node, pod) for a in rj.assignments):
+                    continue
+                got = self._place_gang(snap, pod, job.spec.gang_size)
+                if got is not None:
+                    for a in reversed(got):
+                        snap.release(a)
+                    shadow, nodes = t_end, {a.node for a in got}
+                    break
+        finally:
+            for r in reversed(restores):
+                r()
+        return shadow, nodes

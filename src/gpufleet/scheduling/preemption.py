@@ -1,0 +1,151 @@
+"""Preemption (PostFilter): free room for a job that does not fit by stopping others.
+
+Victims are only (a) running jobs of strictly lower *base* priority that are preemptible, or
+(b) jobs of a cohort member that is borrowing the GPU type when the preemptor would stay within
+its own nominal quota (reclaim, Kueue semantics). Among the nodes where the job would then fit we
+pick the fewest victims, then the least work lost since their last checkpoint. A preemption
+that would close a cycle in the preemption graph (the victim, directly or not, preempted the
+preemptor before) is refused, so there is never a preemption cycle.
+
+Works on the snapshot by what-if: removals are undone before returning.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from gpufleet.model.job import Job
+from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot, PodRequest
+
+
+@dataclass(slots=True)
+class RunningJob:
+    job: Job
+    assignments: tuple[Assignment, ...]
+    gpu_type: str  # GPU model it runs on ("" for CPU-only)
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    node: int
+    victims: tuple[RunningJob, ...]
+    lost_work_s: float
+    reasons: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class PreemptionGraph:
+    """Edges preemptor → victim seen so far; refuses edges that would close a cycle."""
+
+    edges: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    def reaches(self, src: str, dst: str) -> bool:
+        stack, seen = [src], {src}
+        while stack:
+            x = stack.pop()
+            if x == dst:
+                return True
+            for y in self.edges.get(x, ()):
+                if y not in seen:
+                    seen.add(y)
+                    stack.append(y)
+        return False
+
+    def allows(self, preemptor: str, victim: str) -> bool:
+        return preemptor != victim and not self.reaches(victim, preemptor)
+
+    def add(self, preemptor: str, victim: str) -> None:
+        self.edges[preemptor].add(victim)
+
+
+VictimFilter = Callable[[RunningJob], str | None]  # → reason it may be preempted, or None
+
+
+def plan_preemption(
+    snap: ClusterSnapshot,
+    job: Job,
+    pod: PodRequest,
+    running: Iterable[RunningJob],
+    may_preempt: VictimFilter,
+    graph: PreemptionGraph,
+    now: float,
+) -> PreemptionPlan | None:
+    """The best single-node plan for one pod of ``job``, or None."""
+    by_node: dict[int, list[tuple[RunningJob, str]]] = defaultdict(list)
+    for rj in running:
+        if rj.job.id == job.id or not graph.allows(job.id, rj.job.id):
+            continue
+        why = may_preempt(rj)
+        if why is None:
+            continue
+        for a in rj.assignments:
+            by_node[a.node].append((rj, why))
+    best: PreemptionPlan | None = None
+    for node, cands in by_node.items():
+        # cheapest victims first: least work at risk, then lowest priority, then youngest
+        cands.sort(key=lambda c: (c[0].job.work_at_risk(now), c[0].job.priority, -(c[0].job.start_time or 0), c[0].job.id))
+        uniq: list[tuple[RunningJob, str]] = []
+        for c in cands:
+            if all(u[0] is not c[0] for u in uniq):
+                uniq.append(c)
+        taken = _smallest_set(snap, node, pod, uniq, now)
+        if taken is None:
+            continue
+        lost = sum(rj.job.work_at_risk(now) for rj, _ in taken)
+        plan = PreemptionPlan(node, tuple(rj for rj, _ in taken), lost, tuple(w for _, w in taken))
+        if best is None or (len(plan.victims), plan.lost_work_s, plan.node) < (
+            len(best.victims),
+            best.lost_work_s,
+            best.node,
+        ):
+            best = plan
+    return best
+
+
+EXHAUSTIVE_UP_TO = 3  # try every victim set of up to this size (on nodes with few candidates)
+EXHAUSTIVE_CANDIDATES = 12
+
+
+def _fits_without(snap: ClusterSnapshot, node: int, pod: PodRequest, victims: Iterable[RunningJob]) -> bool:
+    restores = []
+    try:
+        for rj in victims:
+            restores.append(snap.remove(rj.assignments))
+        return snap.fits(node, pod)
+    finally:
+        for r in reversed(restores):
+            r()
+
+
+def _smallest_set(
+    snap: ClusterSnapshot, node: int, pod: PodRequest, cands: list[tuple[RunningJob, str]], now: float
+) -> list[tuple[RunningJob, str]] | None:
+    """The fewest victims (then least lost work) on ``node`` that make ``pod`` fit, or None.
+
+    Exhaustive over small sets when the node has few candidates; otherwise greedy in ``cands``
+    order, then pruned of victims that turn out not to be needed.
+    """
+    if not _fits_without(snap, node, pod, (rj for rj, _ in cands)):
+        return None
+    if len(cands) <= EXHAUSTIVE_CANDIDATES:
+        for k in range(1, min(EXHAUSTIVE_UP_TO, len(cands)) + 1):
+            found = [
+                list(combo)
+                for combo in itertools.combinations(cands, k)
+                if _fits_without(snap, node, pod, (rj for rj, _ in combo))
+            ]
+            if found:
+                return min(found, key=lambda c: (sum(rj.job.work_at_risk(now) for rj, _ in c), [rj.job.id for rj, _ in c]))
+    taken: list[tuple[RunningJob, str]] = []
+    for c in cands:
+        taken.append(c)
+        if _fits_without(snap, node, pod, (rj for rj, _ in taken)):
+            break
+    for k in range(len(taken) - 2, -1, -1):
+        rest = taken[:k] + taken[k + 1 :]
+        if _fits_without(snap, node, pod, (rj for rj, _ in rest)):
+            taken = rest
+    return taken

@@ -1,0 +1,192 @@
+"""Scheduler profiles: which policies run, chosen in YAML and validated with clear messages.
+
+Example::
+
+    queue_sort: drf            # fifo | priority | drf | decayed
+    placement:                 # one policy, or several combined with weights
+      - {name: fgd, weight: 1.0}
+      - {name: cost, weight: 0.3}
+    backfill: easy             # easy | greedy | strict
+    preemption: true
+    aging: {interval_s: 3600, boost: 10}
+    fair_share: {half_life_s: 604800}
+    max_spot_restarts: 3
+    autoscaler: {enabled: true, wait_threshold_s: 300, queue_threshold: 10, idle_ttl_s: 600}
+    teams:
+      vision: {weight: 2, quota: {"A100-80GB": 16, "*": 4}, cohort: research, borrowing_limit: 8}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpufleet.errors import ConfigError
+from gpufleet.model.gpu import MILLI, canonical_gpu_name
+from gpufleet.model.quota import ANY_GPU, Quota
+from gpufleet.scheduling import ordering as _ordering  # noqa: F401  (registers queue sorts)
+from gpufleet.scheduling import placement as _placement  # noqa: F401  (registers placement policies)
+from gpufleet.scheduling.autoscaler import AutoscalerConfig
+from gpufleet.scheduling.cycle import CycleConfig, Scheduler
+from gpufleet.scheduling.framework import PLACEMENT, QUEUE_SORT, PolicyContext, ScorePlugin, WorkloadClass
+from gpufleet.scheduling.quota import QuotaPolicy
+from gpufleet.scheduling.usage import UsageTracker
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PlacementEntry(_Strict):
+    name: str
+    weight: float = Field(1.0, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in PLACEMENT:
+            raise ValueError(f"unknown placement policy '{v}' (known: {', '.join(PLACEMENT.names())})")
+        return v
+
+
+class AgingModel(_Strict):
+    interval_s: float = Field(3600.0, gt=0)
+    boost: int = Field(10, ge=0)
+
+
+class FairShareModel(_Strict):
+    half_life_s: float = Field(7 * 24 * 3600.0, gt=0)
+
+
+class AutoscalerModel(_Strict):
+    enabled: bool = False
+    wait_threshold_s: float = Field(300.0, ge=0)
+    queue_threshold: int = Field(10, ge=0)
+    idle_ttl_s: float = Field(600.0, ge=0)
+    max_new_nodes_per_cycle: int = Field(100, ge=1)
+
+
+class TeamModel(_Strict):
+    weight: float = Field(1.0, gt=0)
+    quota: dict[str, float] | None = None  # GPU model (or "*") → GPUs
+    cohort: str | None = None
+    borrowing_limit: float | None = Field(None, ge=0)  # GPUs
+
+    @field_validator("quota")
+    @classmethod
+    def _types(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is None:
+            return v
+        for k, gpus in v.items():
+            if k != ANY_GPU and canonical_gpu_name(k) is None:
+                raise ValueError(f"unknown GPU model '{k}' in quota")
+            if gpus < 0:
+                raise ValueError(f"quota for '{k}' must be >= 0")
+        return v
+
+
+class Profile(_Strict):
+    queue_sort: str = "drf"
+    placement: list[PlacementEntry] = Field(default_factory=lambda: [PlacementEntry(name="bestfit")])
+    backfill: Literal["easy", "greedy", "strict"] = "easy"
+    preemption: bool = True
+    aging: AgingModel = Field(default_factory=AgingModel)
+    fair_share: FairShareModel = Field(default_factory=FairShareModel)
+    max_spot_restarts: int = Field(3, ge=0)
+    autoscaler: AutoscalerModel = Field(default_factory=AutoscalerModel)
+    teams: dict[str, TeamModel] = Field(default_factory=dict)
+
+    @field_validator("queue_sort")
+    @classmethod
+    def _sort_known(cls, v: str) -> str:
+        if v not in QUEUE_SORT:
+            raise ValueError(f"unknown queue sort '{v}' (known: {', '.join(QUEUE_SORT.names())})")
+        return v
+
+    @field_validator("placement", mode="before")
+    @classmethod
+    def _one_name(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [{"name": v}]
+        return v
+
+    def quotas(self) -> list[Quota]:
+        out = []
+        for team, t in self.teams.items():
+            if t.quota is None and t.cohort is None:
+                continue
+            nominal = {
+                (k if k == ANY_GPU else canonical_gpu_name(k) or k): round(g * MILLI) for k, g in (t.quota or {}).items()
+            }
+            limit = None if t.borrowing_limit is None else round(t.borrowing_limit * MILLI)
+            out.append(Quota(team, nominal, t.cohort, limit, t.weight))
+        return out
+
+    def build(self, workload: Sequence[WorkloadClass] = (), seed: int = 0) -> Scheduler:
+        ctx = PolicyContext(
+            workload=workload,
+            seed=seed,
+            params={"aging_interval_s": self.aging.interval_s, "aging_boost": self.aging.boost},
+        )
+        quota_policy = QuotaPolicy(self.quotas())
+        weights = {team: t.weight for team, t in self.teams.items()}
+        cfg = CycleConfig(
+            backfill=self.backfill,
+            preemption=self.preemption,
+            max_spot_restarts=self.max_spot_restarts,
+            autoscaler=AutoscalerConfig(**self.autoscaler.model_dump()),
+        )
+        return Scheduler(
+            QUEUE_SORT.get(self.queue_sort)(ctx),
+            build_placement([(e.name, e.weight) for e in self.placement], ctx),
+            cfg,
+            quota_policy,
+            UsageTracker(self.fair_share.half_life_s),
+            weights,
+        )
+
+
+def build_placement(entries: Sequence[tuple[str, float]], ctx: PolicyContext) -> ScorePlugin:
+    """One policy, or a weighted combination of several."""
+    if len(entries) == 1:
+        return PLACEMENT.get(entries[0][0])(ctx)
+    from gpufleet.scheduling.placement.combine import Combined
+
+    return Combined([(PLACEMENT.get(name)(ctx), w) for name, w in entries])
+
+
+def format_validation_error(err: ValidationError, source: str) -> ConfigError:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(root)"
+    more = f" (and {len(err.errors()) - 1} more problem(s))" if len(err.errors()) > 1 else ""
+    return ConfigError(first["msg"] + more, source=source, field=loc)
+
+
+def load_profile(data: Mapping[str, Any] | str | Path | None, source: str = "profile") -> Profile:
+    """A profile from a mapping, a YAML file path, or None (defaults). Errors name the field."""
+    if data is None:
+        return Profile()
+    if isinstance(data, str | Path):
+        path = Path(data)
+        source = str(path)
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except OSError as e:
+            raise ConfigError(f"cannot read: {e.strerror}", source=source) from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", source=source,
+                              line=None if mark is None else mark.line + 1) from None
+        data = loaded or {}
+        if "scheduler" in data and isinstance(data["scheduler"], dict):
+            data = data["scheduler"]
+    if not isinstance(data, Mapping):
+        raise ConfigError("a profile must be a mapping", source=source)
+    try:
+        return Profile.model_validate(dict(data))
+    except ValidationError as e:
+        raise format_validation_error(e, source) from None

@@ -1,0 +1,111 @@
+"""Quota admission with cohorts (Kueue semantics).
+
+- A team with no :class:`Quota` is unlimited. A team with a quota may hold, per GPU type, up to
+  its nominal quota (the entry for the type, else ``"*"``, else 0).
+- Beyond nominal it may *borrow* while its cohort has unused nominal quota of that type, up to
+  its ``borrowing_limit_milli``.
+- A team within its nominal quota may *reclaim*: preempt jobs of cohort members that are
+  borrowing that type (see ``preemption.py``). A reclaim never makes the reclaimer borrow, so
+  reclaim cannot cycle.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufleet.model.quota import Quota
+from gpufleet.scheduling.snapshot import BoolArray
+from gpufleet.scheduling.usage import UsageTracker
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaVerdict:
+    type_ok: BoolArray  # per GPU-type index: may the job use this type now?
+    within_nominal: BoolArray  # per GPU-type index: would it stay within nominal quota?
+    reason: str = ""
+
+
+class QuotaPolicy:
+    def __init__(self, quotas: Iterable[Quota] = ()) -> None:
+        self.quotas: dict[str, Quota] = {}
+        self.cohorts: dict[str, list[str]] = defaultdict(list)
+        for q in quotas:
+            self.quotas[q.team] = q
+            if q.cohort:
+                self.cohorts[q.cohort].append(q.team)
+
+    def __bool__(self) -> bool:
+        return bool(self.quotas)
+
+    def weight(self, team: str) -> float:
+        q = self.quotas.get(team)
+        return q.weight if q else 1.0
+
+    def nominal(self, team: str, gpu_type: str) -> int | None:
+        q = self.quotas.get(team)
+        if q is None:
+            return None
+        n = q.nominal_for(gpu_type)
+        return 0 if n is None else n
+
+    def is_borrowing(self, team: str, gpu_type: str, usage: UsageTracker) -> bool:
+        n = self.nominal(team, gpu_type)
+        return n is not None and usage.held(team, gpu_type) > n
+
+    def admit(self, team: str, demand_milli: int, gpu_types: Sequence[str], usage: UsageTracker) -> QuotaVerdict:
+        """Which GPU types ``team`` may place ``demand_milli`` more milli-GPU on."""
+        k = max(1, len(gpu_types))
+        q = self.quotas.get(team)
+        if q is None or demand_milli == 0:
+            ones = np.ones(k, dtype=np.bool_)
+            return QuotaVerdict(ones, ones)
+        ok = np.zeros(k, dtype=np.bool_)
+        within = np.zeros(k, dtype=np.bool_)
+        reasons = []
+        for i, t in enumerate(gpu_types):
+            nominal = q.nominal_for(t) or 0
+            used = usage.held(team, t)
+            if used + demand_milli <= nominal:
+                ok[i] = within[i] = True
+                continue
+            if not q.cohort:
+                reasons.append(f"{t}: {used + demand_milli} > nominal {nominal} milli-GPU")
+                continue
+            borrow = used + demand_milli - nominal
+            if q.borrowing_limit_milli is not None and borrow > q.borrowing_limit_milli:
+                reasons.append(f"{t}: borrowing {borrow} > limit {q.borrowing_limit_milli} milli-GPU")
+                continue
+            members = self.cohorts[q.cohort]
+            cohort_nominal = sum(self.quotas[m].nominal_for(t) or 0 for m in members)
+            cohort_used = sum(usage.held(m, t) for m in members)
+            if cohort_used + demand_milli <= cohort_nominal:
+                ok[i] = True
+            else:
+                reasons.append(f"{t}: cohort '{q.cohort}' has {cohort_nominal - cohort_used} milli-GPU unused")
+                # within nominal is still possible for a reclaim even if cohort is full
+                within[i] = used + demand_milli <= nominal
+        reason = "" if ok.any() else "quota: " + "; ".join(reasons)
+        return QuotaVerdict(ok, within, reason)
+
+    def holds(self, usage: UsageTracker, gpu_types: Sequence[str]) -> list[str]:
+        """Violations of the quota invariant (for tests and audits): empty when quotas hold."""
+        bad = []
+        for team, q in self.quotas.items():
+            for t in gpu_types:
+                used = usage.held(team, t)
+                nominal = q.nominal_for(t) or 0
+                if used <= nominal:
+                    continue
+                if not q.cohort:
+                    bad.append(f"{team}/{t}: {used} > nominal {nominal}")
+                    continue
+                if q.borrowing_limit_milli is not None and used - nominal > q.borrowing_limit_milli:
+                    bad.append(f"{team}/{t}: borrowing beyond limit")
+                members = self.cohorts[q.cohort]
+                if sum(usage.held(m, t) for m in members) > sum(self.quotas[m].nominal_for(t) or 0 for m in members):
+                    bad.append(f"cohort {q.cohort}/{t}: usage above cohort nominal")
+        return bad

@@ -1,0 +1,149 @@
+"""Build and run a simulation from names and files (what ``gpufleet simulate`` calls).
+
+Trace references: ``openb`` / ``openb:<variant>`` (bundled, e.g. ``openb:gpushare40``), ``philly:<path>``
+or a Philly-format CSV path, ``synthetic`` / ``synthetic:<seed>``, or a gpufleet ``.jsonl`` path.
+The cluster comes from ``--cluster`` YAML, else from the trace (openb and JSONL carry nodes), else
+a default sized for the trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gpufleet.cost.catalog import PriceCatalog
+from gpufleet.errors import InputError
+from gpufleet.model.node import CapacityType, Node, NodePool
+from gpufleet.scheduling.framework import WorkloadClass
+from gpufleet.scheduling.profile import Profile
+from gpufleet.sim.clusterspec import ClusterSpec, NodeGroup, PoolSpec
+from gpufleet.sim.engine import Simulation, SimOptions
+from gpufleet.sim.results import SimResult
+from gpufleet.sim.traces.base import Trace
+from gpufleet.sim.traces.jsonl import load_jsonl
+from gpufleet.sim.traces.openb import load_openb_trace
+from gpufleet.sim.traces.philly import PhillyOptions, load_philly
+from gpufleet.sim.traces.synthetic import SyntheticOptions, generate_synthetic
+
+
+@dataclass(frozen=True, slots=True)
+class TraceOptions:
+    limit: int | None = None  # keep the first N jobs
+    preemptible_fraction: float = 0.0  # philly: share of jobs marked preemptible (they checkpoint)
+    seed: int = 0
+
+
+def load_trace(ref: str, opts: TraceOptions | None = None) -> Trace:
+    opts = opts or TraceOptions()
+    kind, _, arg = ref.partition(":")
+    if kind == "openb":
+        trace = load_openb_trace(arg or "default")
+    elif kind == "synthetic":
+        seed = int(arg) if arg else opts.seed
+        trace = generate_synthetic(SyntheticOptions(num_jobs=opts.limit or 1000, seed=seed))
+    elif kind == "philly":
+        trace = load_philly(arg, PhillyOptions(preemptible_fraction=opts.preemptible_fraction, seed=opts.seed,
+                                              max_jobs=opts.limit))
+    else:
+        path = Path(ref)
+        if path.suffix == ".jsonl":
+            trace = load_jsonl(path)
+        elif path.suffix == ".csv":
+            head = _first_line(path)
+            if head.startswith("timestamp,duration,num_gpus"):
+                trace = load_philly(path, PhillyOptions(preemptible_fraction=opts.preemptible_fraction,
+                                                       seed=opts.seed, max_jobs=opts.limit))
+            elif head.startswith("name,cpu_milli"):
+                trace = load_openb_trace(str(path))
+            else:
+                raise InputError("unrecognised CSV header (expected a Philly or openb trace)", source=str(path), line=1)
+        else:
+            raise InputError(
+                f"unknown trace '{ref}' (use openb[:variant], philly:PATH, synthetic[:seed], or a .jsonl/.csv file)",
+                field="trace",
+            )
+    if opts.limit is not None and len(trace.jobs) > opts.limit:
+        trace.jobs = trace.jobs[: opts.limit]
+    return trace
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with path.open(encoding="utf-8") as f:
+            return f.readline().strip()
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", source=str(path)) from None
+
+
+def default_cluster(trace: Trace) -> ClusterSpec:
+    """A cluster sized for the trace: on-demand V100 nodes for the average load, and autoscaled
+    spot and on-demand pools for the peaks."""
+    busy = sum(tj.spec.total_gpu_milli / 1000 * (tj.spec.duration_s or 3600) for tj in trace.jobs)
+    span = max(1.0, trace.jobs[-1].submit_time - trace.jobs[0].submit_time) if trace.jobs else 1.0
+    avg_gpus = busy / span
+    static = max(1, math.ceil(avg_gpus * 0.8 / 8))
+    burst = max(2, math.ceil(avg_gpus * 0.6 / 8))
+    return ClusterSpec(
+        nodes=[NodeGroup(name="od-v100", count=static, pool="od-v100", gpu_model="V100-16GB", gpus=8,
+                         cpu=64, memory_gib=512)],
+        pools=[
+            PoolSpec(name="spot-v100", gpu_model="V100-16GB", gpus=8, cpu=64, memory_gib=512,
+                     capacity_type=CapacityType.SPOT, max_nodes=burst),
+            PoolSpec(name="burst-v100", gpu_model="V100-16GB", gpus=8, cpu=64, memory_gib=512,
+                     capacity_type=CapacityType.ON_DEMAND, max_nodes=burst),
+        ],
+    )
+
+
+def workload_of(trace: Trace) -> list[WorkloadClass]:
+    """The target workload (pod kinds and their shares) FGD and friends score against."""
+    counts: dict[tuple[int, int, int, int, frozenset[str]], int] = {}
+    for tj in trace.jobs:
+        s = tj.spec
+        key = (s.cpu_milli, s.memory_mib, s.gpu.count, s.gpu.milli, s.gpu_types)
+        counts[key] = counts.get(key, 0) + s.gang_size
+    total = sum(counts.values()) or 1
+    return [WorkloadClass(c, m, n, g, t, k / total) for (c, m, n, g, t), k in counts.items()]
+
+
+def run_simulation(
+    trace: Trace,
+    profile: Profile,
+    *,
+    cluster: ClusterSpec | None = None,
+    options: SimOptions | None = None,
+    catalog: PriceCatalog | None = None,
+    name: str | None = None,
+) -> SimResult:
+    catalog = catalog or PriceCatalog.load()
+    if cluster is not None:
+        nodes, pools = cluster.build()
+    elif trace.nodes or trace.pools:
+        nodes, pools = list(trace.nodes), list(trace.pools)
+    else:
+        nodes, pools = default_cluster(trace).build()
+    if not profile.autoscaler.enabled:
+        # without an autoscaler, pools only contribute their initial nodes
+        pools = [replace(p, max_nodes=0) if p.initial_nodes == 0 and p.min_nodes == 0 else p for p in pools]
+    scheduler = profile.build(workload_of(trace), seed=(options or SimOptions()).seed)
+
+    def pricer(node: Node) -> float:
+        return catalog.node_hour_usd(node)
+
+    sim = Simulation(trace, scheduler, pricer, nodes=nodes, pools=[p for p in pools if _usable(p)],
+                     options=options or SimOptions(), name=name or trace.name)
+    result = sim.run()
+    result.config.update({
+        "trace": trace.name,
+        "jobs": len(trace.jobs),
+        "profile": profile.model_dump(mode="json"),
+        "static_nodes": len(nodes),
+        "pools": [p.name for p in pools],
+        "price_catalog": catalog.provenance.path if hasattr(catalog, "provenance") else "",
+    })
+    return result
+
+
+def _usable(p: NodePool) -> bool:
+    return p.max_nodes > 0 or p.initial_nodes > 0 or p.min_nodes > 0
