@@ -171,14 +171,12 @@ class Job:
     work_done_s: float = 0.0  # checkpointed progress (seconds of work that survive a restart)
     lost_work_s: float = 0.0  # work thrown away by preemptions
     on_demand_only: bool = False  # set after too many spot restarts
+    priority: int = field(init=False)  # base priority value of the spec's class (fixed)
 
     def __post_init__(self) -> None:
+        self.priority = self.spec.priority
         if not self.events:
             self.events.append(JobEvent(self.submit_time, None, JobState.PENDING, "submitted"))
-
-    @property
-    def priority(self) -> int:
-        return self.spec.priority
 
     @property
     def team(self) -> str:

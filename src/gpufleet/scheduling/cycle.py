@@ -35,6 +35,10 @@ from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot, PodRequest
 from gpufleet.scheduling.usage import UsageTracker
 
 BACKFILL_MODES = ("easy", "greedy", "strict")
+# The autoscaler plans for at most this many blocked jobs per cycle (in queue order); it opens at
+# most ``max_new_nodes_per_cycle`` nodes anyway, and the next cycle sees the rest.
+MAX_BLOCKED_FOR_AUTOSCALER = 512
+NO_ROOM = Status(Code.UNSCHEDULABLE, "no node has room")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,8 @@ class Scheduler:
         self.graph = PreemptionGraph()
         self.autoscaler = Autoscaler(self.config.autoscaler)
         self.nominated: dict[str, set[str]] = {}  # preemptor id → victim ids still stopping
+        self._pods: dict[str, tuple[tuple[object, ...], PodRequest, tuple[object, ...]]] = {}
+        self._blocked: list[tuple[Job, PodRequest]] = []  # left blocked for capacity by the last cycle
 
     # -- usage bookkeeping (the world calls these when jobs start and stop) -----------------------
     def account(self, job: Job, assignments: Sequence[Assignment], snap: ClusterSnapshot, now: float, sign: int) -> None:
@@ -155,7 +161,7 @@ class Scheduler:
             if self.nominated.get(job.id):
                 out.waiting[job.id] = Status(Code.UNSCHEDULABLE, "waiting for preempted jobs to stop")
                 continue
-            pod = snap.pod(job.spec, on_demand_only=job.on_demand_only)
+            pod, base_key = self._pod(snap, job)
             # 2. quotas
             verdict = None
             if self.quotas and job.spec.gpu.count:
@@ -166,11 +172,13 @@ class Scheduler:
                     out.waiting[job.id] = status if not status.ok else Status(Code.UNSCHEDULABLE, verdict.reason)
                     continue
                 pod = dataclasses.replace(pod, type_ok=type_ok)
-            est = job.remaining_estimate(now)
-            ends_before_shadow = est is not None and now + est <= shadow
+                base_key = (*base_key, type_ok.tobytes())
+            ends_before_shadow = False
+            if reserved_nodes is not None:
+                est = job.remaining_estimate(now)
+                ends_before_shadow = est is not None and now + est <= shadow
             # a shape that failed in this cycle fails again (the cycle only takes capacity)
-            key = (pod.cpu_milli, pod.memory_mib, pod.gpu, pod.type_ok.tobytes(), pod.min_gpu_memory_gib,
-                   pod.allow_spot, job.spec.gang_size, ends_before_shadow)
+            key = (base_key, ends_before_shadow)
             # 3. filter, score, reserve
             assignments = None
             if key not in failed_shapes:
@@ -196,8 +204,9 @@ class Scheduler:
                 if status.ok:
                     out.waiting[job.id] = Status(Code.UNSCHEDULABLE, "preempting to make room")
                     continue
-            out.waiting[job.id] = Status(Code.UNSCHEDULABLE, "no node has room")
-            blocked_for_capacity.append((job, pod))
+            out.waiting[job.id] = NO_ROOM
+            if len(blocked_for_capacity) < MAX_BLOCKED_FOR_AUTOSCALER:
+                blocked_for_capacity.append((job, pod))
             if not head_blocked:
                 head_blocked = True
                 if self.config.backfill == "strict":
@@ -206,16 +215,45 @@ class Scheduler:
                     shadow, nodes = self._reservation(snap, job, pod, (r for r in running.values() if r.job.id not in gone), now)
                     reserved_nodes = np.array(sorted(nodes), dtype=np.int64)
                     out.reservation = (job.id, shadow)
-        # autoscaler
-        if blocked_for_capacity:
-            out.scale_up = self.autoscaler.scale_up(
-                blocked_for_capacity, state.pools, snap, queue_length=len(state.pending), now=now
-            )
-        # 6. scale down
-        out.scale_down = self.autoscaler.scale_down(snap, state.pools, now)
+        self._blocked = blocked_for_capacity
+        self._autoscale(state, now, out)
         return out
 
+    def autoscale(self, state: ClusterState, now: float) -> Decisions:
+        """Only the autoscaler's decisions, for the jobs the last cycle left blocked (a cheap timer
+        tick between cycles: placement would decide the same when nothing changed)."""
+        out = Decisions()
+        pending = {j.id for j in state.pending}
+        self._blocked = [(j, p) for j, p in self._blocked if j.id in pending]
+        self._autoscale(state, now, out)
+        return out
+
+    def _autoscale(self, state: ClusterState, now: float, out: Decisions) -> None:
+        if self._blocked:
+            out.scale_up = self.autoscaler.scale_up(
+                self._blocked, state.pools, state.snapshot, queue_length=len(state.pending), now=now
+            )
+        # 6. scale down
+        out.scale_down = self.autoscaler.scale_down(state.snapshot, state.pools, now)
+
     # -- helpers -------------------------------------------------------------------------------------
+    def _pod(self, snap: ClusterSnapshot, job: Job) -> tuple[PodRequest, tuple[object, ...]]:
+        """The job's PodRequest and shape key, cached while the job's constraints stay the same."""
+        ck = (job.id, job.on_demand_only, len(snap.gpu_types))
+        hit = self._pods.get(job.id)
+        if hit is not None and hit[0] == ck:
+            return hit[1], hit[2]
+        pod = snap.pod(job.spec, on_demand_only=job.on_demand_only)
+        key = (pod.cpu_milli, pod.memory_mib, pod.gpu, pod.type_ok.tobytes(), pod.min_gpu_memory_gib,
+               pod.allow_spot, job.spec.gang_size)
+        self._pods[job.id] = (ck, pod, key)
+        return pod, key
+
+    def forget(self, job_id: str) -> None:
+        """The job left the queue for good (ended or cancelled): drop its cached state."""
+        self._pods.pop(job_id, None)
+        self.nominated.pop(job_id, None)
+
     def _place_gang(self, snap: ClusterSnapshot, pod: PodRequest, gang: int) -> tuple[Assignment, ...] | None:
         taken: list[Assignment] = []
         for _ in range(gang):

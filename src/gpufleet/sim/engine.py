@@ -166,8 +166,12 @@ class Simulation:
     def _on_tick(self) -> None:
         if self._finished() and not any(ps.live > ps.pool.min_nodes for ps in self.cluster.pool_states()):
             return
-        self._want_cycle()
-        self.events.push(self.clock.now() + self.options.autoscale_interval_s, Kind.AUTOSCALE_TICK)
+        now = self.clock.now()
+        if self._cycle_at != now:  # a full cycle at this instant does the autoscaling anyway
+            state = ClusterState(self.cluster.snapshot, list(self.pending.values()), self.cluster.running,
+                                 self.cluster.pool_states())
+            self._apply(self.scheduler.autoscale(state, now), now)
+        self.events.push(now + self.options.autoscale_interval_s, Kind.AUTOSCALE_TICK)
 
     def _on_cycle(self) -> None:
         now = self.clock.now()
@@ -209,9 +213,8 @@ class Simulation:
             return
         for job in list(self.pending.values()):
             st = d.waiting.get(job.id)
-            job.transition(JobState.FAILED, now, f"unschedulable: {st.reason if st else 'no capacity'}")
             del self.pending[job.id]
-            job.end_time = now
+            self._end(job, JobState.FAILED, f"unschedulable: {st.reason if st else 'no capacity'}")
 
     # -- runs --------------------------------------------------------------------------------------------
     def _start(self, job: Job, assignments: tuple[Assignment, ...], now: float) -> None:
@@ -257,12 +260,10 @@ class Simulation:
         if outcome == "done":
             self._release(run, now)
             job.work_done_s = job.spec.duration_s if job.spec.duration_s is not None else DEFAULT_RUNTIME_S
-            job.transition(JobState.SUCCEEDED, now, "exited 0")
-            job.end_time = now
+            self._end(job, JobState.SUCCEEDED, "exited 0")
         elif outcome == "timeout":
             self._release(run, now)
-            job.transition(JobState.TIMED_OUT, now, f"ran past max runtime {job.spec.max_runtime_s:.0f}s")
-            job.end_time = now
+            self._end(job, JobState.TIMED_OUT, f"ran past max runtime {job.spec.max_runtime_s:.0f}s")
         else:
             failures = sum(1 for e in job.events if e.reason.startswith("run failed"))
             if failures < self.options.max_retries:
@@ -270,9 +271,14 @@ class Simulation:
                            preempted=False)
             else:
                 self._release(run, now)
-                job.transition(JobState.FAILED, now, f"run failed after {failures} retries")
-                job.end_time = now
+                self._end(job, JobState.FAILED, f"run failed after {failures} retries")
         self._want_cycle()
+
+    def _end(self, job: Job, state: JobState, reason: str) -> None:
+        now = self.clock.now()
+        job.transition(state, now, reason)
+        job.end_time = now
+        self.scheduler.forget(job.id)
 
     def _stop(self, job_id: str, now: float, *, reason: str, preempted: bool, spot: bool = False) -> None:
         """Stop a running job and queue it again; work since its last checkpoint is lost."""

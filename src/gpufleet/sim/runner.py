@@ -82,8 +82,8 @@ def default_cluster(trace: Trace) -> ClusterSpec:
     busy = sum(tj.spec.total_gpu_milli / 1000 * (tj.spec.duration_s or 3600) for tj in trace.jobs)
     span = max(1.0, trace.jobs[-1].submit_time - trace.jobs[0].submit_time) if trace.jobs else 1.0
     avg_gpus = busy / span
-    static = max(1, math.ceil(avg_gpus * 0.8 / 8))
-    burst = max(2, math.ceil(avg_gpus * 0.6 / 8))
+    static = max(1, math.ceil(avg_gpus * 0.7 / 8))
+    burst = max(2, math.ceil(avg_gpus * 1.0 / 8))
     return ClusterSpec(
         nodes=[NodeGroup(name="od-v100", count=static, pool="od-v100", gpu_model="V100-16GB", gpus=8,
                          cpu=64, memory_gib=512)],
