@@ -83,6 +83,11 @@ class ClusterState:
     pools: Sequence[PoolState] = ()
 
 
+def key_failed(base_key: tuple[object, ...], failed: set[tuple[object, ...]]) -> bool:
+    """Did this shape already fail in this cycle with every node available to it?"""
+    return (base_key, None) in failed
+
+
 class Scheduler:
     def __init__(
         self,
@@ -153,6 +158,7 @@ class Scheduler:
         blocked_for_capacity: list[tuple[Job, PodRequest]] = []
         failed_shapes: set[tuple[object, ...]] = set()
         reserved_nodes: np.ndarray | None = None
+        pending_reservation: tuple[Job, PodRequest] | None = None
         shadow = math.inf
         head_blocked = False
         running = state.running
@@ -173,6 +179,17 @@ class Scheduler:
                     continue
                 pod = dataclasses.replace(pod, type_ok=type_ok)
                 base_key = (*base_key, type_ok.tobytes())
+            if head_blocked and key_failed(base_key, failed_shapes):
+                out.waiting[job.id] = NO_ROOM  # fast path: nothing left to try for this shape
+                continue
+            if pending_reservation is not None:
+                # EASY: computed only once a later job might fit somewhere (it is costly)
+                hjob, hpod = pending_reservation
+                pending_reservation = None
+                shadow, nodes = self._reservation(snap, hjob, hpod, (r for r in running.values() if r.job.id not in gone),
+                                                  now)
+                reserved_nodes = np.array(sorted(nodes), dtype=np.int64)
+                out.reservation = (hjob.id, shadow)
             ends_before_shadow = False
             if reserved_nodes is not None:
                 est = job.remaining_estimate(now)
@@ -197,6 +214,8 @@ class Scheduler:
                 self.nominated.pop(job.id, None)
                 continue
             failed_shapes.add(key)
+            if reserved_nodes is None or ends_before_shadow:
+                failed_shapes.add((base_key, None))  # fails even with no node reserved
             # 4. does not fit: preemption, reservation, autoscaler
             if self.config.preemption and job.spec.gang_size == 1 and not head_blocked:
                 within = verdict.within_nominal if verdict is not None else None
@@ -212,9 +231,7 @@ class Scheduler:
                 if self.config.backfill == "strict":
                     break
                 if self.config.backfill == "easy":
-                    shadow, nodes = self._reservation(snap, job, pod, (r for r in running.values() if r.job.id not in gone), now)
-                    reserved_nodes = np.array(sorted(nodes), dtype=np.int64)
-                    out.reservation = (job.id, shadow)
+                    pending_reservation = (job, pod)
         self._blocked = blocked_for_capacity
         self._autoscale(state, now, out)
         return out
@@ -253,6 +270,7 @@ class Scheduler:
         """The job left the queue for good (ended or cancelled): drop its cached state."""
         self._pods.pop(job_id, None)
         self.nominated.pop(job_id, None)
+        self.graph.forget(job_id)
 
     def _place_gang(self, snap: ClusterSnapshot, pod: PodRequest, gang: int) -> tuple[Assignment, ...] | None:
         taken: list[Assignment] = []
@@ -308,12 +326,49 @@ class Scheduler:
         self, snap: ClusterSnapshot, job: Job, pod: PodRequest, within_nominal: np.ndarray,
         running: Mapping[str, RunningJob], gone: set[str], out: Decisions, now: float,
     ) -> Status:
-        """The team is within nominal quota but its cohort lent it out: take it back."""
-        if not self.config.preemption or job.spec.gang_size != 1 or not within_nominal.any():
+        """The team is within its nominal quota but its cohort lent the quota out: preempt
+        borrowers (Kueue's reclaimWithinCohort) until the cohort can hold the job. Victims are
+        jobs of other cohort members that borrow the type, least work at risk first."""
+        if not self.config.preemption or job.spec.gang_size != 1:
             return Status(Code.UNSCHEDULABLE, "quota")
-        type_ok = pod.type_ok & within_nominal[: len(pod.type_ok)]
-        rpod = dataclasses.replace(pod, type_ok=type_ok)
-        return self._try_preempt(snap, job, rpod, running, gone, out, now, within_nominal)
+        q = self.quotas.quotas.get(job.team)
+        if q is None or q.cohort is None:
+            return Status(Code.UNSCHEDULABLE, "quota")
+        members = set(self.quotas.cohorts[q.cohort]) - {job.team}
+        for i, t in enumerate(snap.gpu_types):
+            if i >= len(pod.type_ok) or not (pod.type_ok[i] and within_nominal[i]):
+                continue
+            need = self.quotas.reclaim_need(job.team, t, job.spec.total_gpu_milli, self.usage)
+            if need <= 0:
+                continue
+            cands = [
+                rj for rj in running.values()
+                if rj.job.id not in gone and rj.job.team in members and rj.gpu_type == t
+                and self.quotas.is_borrowing(rj.job.team, t, self.usage) and self.graph.allows(job.id, rj.job.id)
+            ]
+            cands.sort(key=lambda rj: (rj.job.work_at_risk(now), rj.job.priority, -(rj.job.start_time or 0), rj.job.id))
+            chosen, freed = [], 0
+            borrowed = {m: self.usage.held(m, t) - (self.quotas.nominal(m, t) or 0) for m in members}
+            for rj in cands:
+                if freed >= need:
+                    break
+                held = sum(a.milli * len(a.gpus) for a in rj.assignments)
+                if borrowed[rj.job.team] <= 0:
+                    continue  # that team is back within its own quota
+                chosen.append(rj)
+                freed += held
+                borrowed[rj.job.team] -= held
+            if freed < need:
+                continue
+            victims = set()
+            for rj in chosen:
+                self.graph.add(job.id, rj.job.id)
+                out.preemptions.append(Preemption(rj, job.id, f"quota reclaimed by team {job.team} (job {job.id})"))
+                victims.add(rj.job.id)
+                gone.add(rj.job.id)
+            self.nominated[job.id] = victims
+            return SUCCESS
+        return Status(Code.UNSCHEDULABLE, "quota: nothing to reclaim")
 
     def _reservation(
         self, snap: ClusterSnapshot, job: Job, pod: PodRequest, running: Iterable[RunningJob], now: float

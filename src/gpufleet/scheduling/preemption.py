@@ -55,10 +55,19 @@ class PreemptionGraph:
         return False
 
     def allows(self, preemptor: str, victim: str) -> bool:
-        return preemptor != victim and not self.reaches(victim, preemptor)
+        if preemptor == victim:
+            return False
+        return victim not in self.edges or not self.reaches(victim, preemptor)
 
     def add(self, preemptor: str, victim: str) -> None:
         self.edges[preemptor].add(victim)
+
+    def forget(self, job: str) -> None:
+        """A job ended for good: it can neither preempt nor be preempted again, so no future
+        cycle can pass through it."""
+        self.edges.pop(job, None)
+        for targets in self.edges.values():
+            targets.discard(job)
 
 
 VictimFilter = Callable[[RunningJob], str | None]  # → reason it may be preempted, or None
@@ -76,10 +85,10 @@ def plan_preemption(
     """The best single-node plan for one pod of ``job``, or None."""
     by_node: dict[int, list[tuple[RunningJob, str]]] = defaultdict(list)
     for rj in running:
-        if rj.job.id == job.id or not graph.allows(job.id, rj.job.id):
+        if rj.job.id == job.id:
             continue
         why = may_preempt(rj)
-        if why is None:
+        if why is None or not graph.allows(job.id, rj.job.id):
             continue
         for a in rj.assignments:
             by_node[a.node].append((rj, why))

@@ -52,6 +52,17 @@ class QuotaPolicy:
         n = q.nominal_for(gpu_type)
         return 0 if n is None else n
 
+    def reclaim_need(self, team: str, gpu_type: str, demand_milli: int, usage: UsageTracker) -> int:
+        """Milli-GPU of ``gpu_type`` the cohort's borrowers must give back for ``team`` to use
+        ``demand_milli`` more within its nominal quota (0: nothing to reclaim)."""
+        q = self.quotas.get(team)
+        if q is None or not q.cohort:
+            return 0
+        members = self.cohorts[q.cohort]
+        cohort_nominal = sum(self.quotas[m].nominal_for(gpu_type) or 0 for m in members)
+        cohort_used = sum(usage.held(m, gpu_type) for m in members)
+        return max(0, cohort_used + demand_milli - cohort_nominal)
+
     def is_borrowing(self, team: str, gpu_type: str, usage: UsageTracker) -> bool:
         n = self.nominal(team, gpu_type)
         return n is not None and usage.held(team, gpu_type) > n
@@ -69,8 +80,16 @@ class QuotaPolicy:
         for i, t in enumerate(gpu_types):
             nominal = q.nominal_for(t) or 0
             used = usage.held(team, t)
+            members = self.cohorts[q.cohort] if q.cohort else [team]
+            cohort_nominal = sum(self.quotas[m].nominal_for(t) or 0 for m in members)
+            cohort_used = sum(usage.held(m, t) for m in members)
+            cohort_fits = cohort_used + demand_milli <= cohort_nominal
             if used + demand_milli <= nominal:
-                ok[i] = within[i] = True
+                within[i] = True
+                if cohort_fits:
+                    ok[i] = True
+                else:  # lent out: the borrowers must give it back first (reclaim)
+                    reasons.append(f"{t}: within nominal, reclaiming from cohort '{q.cohort}'")
                 continue
             if not q.cohort:
                 reasons.append(f"{t}: {used + demand_milli} > nominal {nominal} milli-GPU")
@@ -79,15 +98,10 @@ class QuotaPolicy:
             if q.borrowing_limit_milli is not None and borrow > q.borrowing_limit_milli:
                 reasons.append(f"{t}: borrowing {borrow} > limit {q.borrowing_limit_milli} milli-GPU")
                 continue
-            members = self.cohorts[q.cohort]
-            cohort_nominal = sum(self.quotas[m].nominal_for(t) or 0 for m in members)
-            cohort_used = sum(usage.held(m, t) for m in members)
-            if cohort_used + demand_milli <= cohort_nominal:
+            if cohort_fits:
                 ok[i] = True
             else:
                 reasons.append(f"{t}: cohort '{q.cohort}' has {cohort_nominal - cohort_used} milli-GPU unused")
-                # within nominal is still possible for a reclaim even if cohort is full
-                within[i] = used + demand_milli <= nominal
         reason = "" if ok.any() else "quota: " + "; ".join(reasons)
         return QuotaVerdict(ok, within, reason)
 

@@ -37,11 +37,18 @@ class SimCluster:
         self.pools: dict[str, NodePool] = {}
         self.pool_counter: dict[str, int] = {}
         self.running: dict[str, RunningJob] = {}
+        self.live: dict[str, SimNode] = {}  # requested and not removed
+        self._ready_count: dict[str, int] = {}
+        self._prov_count: dict[str, int] = {}
+        self._pool_price: dict[str, float] = {}
 
     # -- nodes ---------------------------------------------------------------------------------------
     def add_pool(self, pool: NodePool) -> None:
         self.pools[pool.name] = pool
         self.pool_counter.setdefault(pool.name, 0)
+        self._ready_count.setdefault(pool.name, 0)
+        self._prov_count.setdefault(pool.name, 0)
+        self._pool_price[pool.name] = self.pricer(pool.make_node(0))
 
     def new_pool_node(self, pool: str) -> Node:
         k = self.pool_counter[pool]
@@ -54,12 +61,18 @@ class SimCluster:
         sn = SimNode(node, idx, self.pricer(node), requested_at=now)
         self.snapshot.gpu_hour_usd[idx] = sn.hourly_usd / node.gpu_count if node.gpu_count else sn.hourly_usd
         self.nodes[node.name] = sn
+        self.live[node.name] = sn
+        if node.pool in self._prov_count:
+            self._prov_count[node.pool] += 1
         return sn
 
     def ready(self, name: str, now: float) -> None:
         sn = self.nodes[name]
         sn.ready_at = now
         self.snapshot.schedulable[sn.index] = True
+        if sn.node.pool in self._prov_count:
+            self._prov_count[sn.node.pool] -= 1
+            self._ready_count[sn.node.pool] += 1
 
     def cordon(self, name: str) -> None:
         self.snapshot.schedulable[self.nodes[name].index] = False
@@ -68,26 +81,20 @@ class SimCluster:
         sn = self.nodes[name]
         sn.removed_at = now
         self.snapshot.schedulable[sn.index] = False
+        del self.live[name]
+        if sn.node.pool in self._prov_count:
+            counter = self._ready_count if sn.ready_at is not None else self._prov_count
+            counter[sn.node.pool] -= 1
 
     def live_nodes(self) -> Iterable[SimNode]:
-        return (sn for sn in self.nodes.values() if sn.removed_at is None)
+        return self.live.values()
 
     def pool_states(self) -> list[PoolState]:
-        live: dict[str, int] = dict.fromkeys(self.pools, 0)
-        prov: dict[str, int] = dict.fromkeys(self.pools, 0)
-        for sn in self.live_nodes():
-            p = sn.node.pool
-            if p in self.pools:
-                if sn.ready_at is None:
-                    prov[p] += 1
-                else:
-                    live[p] += 1
-        out = []
-        for name, pool in self.pools.items():
-            if pool.max_nodes <= 0:
-                continue
-            out.append(PoolState(pool, live[name], prov[name], self.pricer(pool.make_node(0))))
-        return out
+        return [
+            PoolState(pool, self._ready_count[name], self._prov_count[name], self._pool_price[name])
+            for name, pool in self.pools.items()
+            if pool.max_nodes > 0
+        ]
 
     def cost_rate_usd_per_hour(self) -> float:
         return sum(sn.hourly_usd for sn in self.live_nodes())

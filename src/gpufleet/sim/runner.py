@@ -83,7 +83,7 @@ def default_cluster(trace: Trace) -> ClusterSpec:
     span = max(1.0, trace.jobs[-1].submit_time - trace.jobs[0].submit_time) if trace.jobs else 1.0
     avg_gpus = busy / span
     static = max(1, math.ceil(avg_gpus * 0.7 / 8))
-    burst = max(2, math.ceil(avg_gpus * 1.0 / 8))
+    burst = max(2, math.ceil(avg_gpus * 1.5 / 8))
     return ClusterSpec(
         nodes=[NodeGroup(name="od-v100", count=static, pool="od-v100", gpu_model="V100-16GB", gpus=8,
                          cpu=64, memory_gib=512)],
