@@ -22,7 +22,7 @@ from gpufleet.model.job import GpuRequest, JobSpec
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
 from gpufleet.scheduling.cycle import ClusterState, Decisions
 from gpufleet.scheduling.profile import load_profile
-from gpufleet.sim.engine import Simulation, SimOptions
+from gpufleet.sim.engine import SimOptions, Simulation
 from gpufleet.sim.results import SimResult
 from gpufleet.sim.traces.base import Trace, TraceJob
 
@@ -33,16 +33,29 @@ TEAMS = ("a", "b", "c")
 def nodes(draw: st.DrawFn) -> list[Node]:
     out = []
     for i in range(draw(st.integers(1, 4))):
-        model, sharing = draw(st.sampled_from([
-            ("A100-80GB", SharingMode.SHARED), ("A100-80GB", SharingMode.MIG), ("T4", SharingMode.SHARED),
-            ("L4", SharingMode.EXCLUSIVE),
-        ]))
-        out.append(Node(
-            name=f"n{i}", gpu_model=model, gpu_count=draw(st.sampled_from([1, 2, 4, 8])),
-            cpu_milli=draw(st.sampled_from([8_000, 32_000, 96_000])), memory_mib=draw(st.sampled_from([65_536, 524_288])),
-            pool="static", capacity_type=draw(st.sampled_from([CapacityType.ON_DEMAND, CapacityType.SPOT])),
-            hourly_price_usd=draw(st.sampled_from([None, 1.5, 12.25])), sharing=sharing,
-        ))
+        model, sharing = draw(
+            st.sampled_from(
+                [
+                    ("A100-80GB", SharingMode.SHARED),
+                    ("A100-80GB", SharingMode.MIG),
+                    ("T4", SharingMode.SHARED),
+                    ("L4", SharingMode.EXCLUSIVE),
+                ]
+            )
+        )
+        out.append(
+            Node(
+                name=f"n{i}",
+                gpu_model=model,
+                gpu_count=draw(st.sampled_from([1, 2, 4, 8])),
+                cpu_milli=draw(st.sampled_from([8_000, 32_000, 96_000])),
+                memory_mib=draw(st.sampled_from([65_536, 524_288])),
+                pool="static",
+                capacity_type=draw(st.sampled_from([CapacityType.ON_DEMAND, CapacityType.SPOT])),
+                hourly_price_usd=draw(st.sampled_from([None, 1.5, 12.25])),
+                sharing=sharing,
+            )
+        )
     return out
 
 
@@ -54,34 +67,59 @@ def jobs(draw: st.DrawFn) -> list[TraceJob]:
         t += draw(st.sampled_from([0.0, 5.0, 60.0, 600.0]))
         kind = draw(st.sampled_from(["whole", "multi", "frac", "mig", "cpu", "gang"]))
         gpu = {
-            "whole": GpuRequest(1), "multi": GpuRequest(draw(st.sampled_from([2, 4]))),
-            "frac": GpuRequest(1, draw(st.sampled_from([250, 500, 700]))), "mig": GpuRequest(1, mig_profile="1g.10gb"),
-            "cpu": GpuRequest(0), "gang": GpuRequest(2),
+            "whole": GpuRequest(1),
+            "multi": GpuRequest(draw(st.sampled_from([2, 4]))),
+            "frac": GpuRequest(1, draw(st.sampled_from([250, 500, 700]))),
+            "mig": GpuRequest(1, mig_profile="1g.10gb"),
+            "cpu": GpuRequest(0),
+            "gang": GpuRequest(2),
         }[kind]
         preemptible = draw(st.booleans())
         dur = draw(st.sampled_from([30.0, 300.0, 3600.0]))
-        out.append(TraceJob(t, JobSpec(
-            name=f"j{i}", team=draw(st.sampled_from(TEAMS)), gpu=gpu, cpu_milli=draw(st.sampled_from([0, 2_000, 16_000])),
-            memory_mib=draw(st.sampled_from([0, 4_096])), priority_class=draw(st.sampled_from(["low", "normal", "high"])),
-            preemptible=preemptible, checkpoint_interval_s=draw(st.sampled_from([None, 60.0])) if preemptible else None,
-            duration_s=dur, estimated_runtime_s=dur * draw(st.sampled_from([0.5, 1.0, 2.0])),
-            gang_size=2 if kind == "gang" else 1,
-        )))
+        out.append(
+            TraceJob(
+                t,
+                JobSpec(
+                    name=f"j{i}",
+                    team=draw(st.sampled_from(TEAMS)),
+                    gpu=gpu,
+                    cpu_milli=draw(st.sampled_from([0, 2_000, 16_000])),
+                    memory_mib=draw(st.sampled_from([0, 4_096])),
+                    priority_class=draw(st.sampled_from(["low", "normal", "high"])),
+                    preemptible=preemptible,
+                    checkpoint_interval_s=draw(st.sampled_from([None, 60.0])) if preemptible else None,
+                    duration_s=dur,
+                    estimated_runtime_s=dur * draw(st.sampled_from([0.5, 1.0, 2.0])),
+                    gang_size=2 if kind == "gang" else 1,
+                ),
+            )
+        )
     return out
 
 
-PROFILES = st.fixed_dictionaries({
-    "queue_sort": st.sampled_from(["fifo", "priority", "drf", "decayed"]),
-    "placement": st.sampled_from(["bestfit", "fgd", "spread", "cost", "firstfit"]),
-    "backfill": st.sampled_from(["easy", "greedy", "strict"]),
-    "preemption": st.booleans(),
-    "autoscaler": st.fixed_dictionaries({"enabled": st.booleans(), "idle_ttl_s": st.just(120.0)}),
-    "teams": st.sampled_from([
-        {},
-        {"a": {"quota": {"*": 2}}, "b": {"quota": {"*": 3}, "cohort": "x"}, "c": {"quota": {"*": 1}, "cohort": "x"}},
-        {"a": {"quota": {"*": 1}, "cohort": "x", "borrowing_limit": 1}, "b": {"quota": {"*": 4}, "cohort": "x"}},
-    ]),
-})
+PROFILES = st.fixed_dictionaries(
+    {
+        "queue_sort": st.sampled_from(["fifo", "priority", "drf", "decayed"]),
+        "placement": st.sampled_from(["bestfit", "fgd", "spread", "cost", "firstfit"]),
+        "backfill": st.sampled_from(["easy", "greedy", "strict"]),
+        "preemption": st.booleans(),
+        "autoscaler": st.fixed_dictionaries({"enabled": st.booleans(), "idle_ttl_s": st.just(120.0)}),
+        "teams": st.sampled_from(
+            [
+                {},
+                {
+                    "a": {"quota": {"*": 2}},
+                    "b": {"quota": {"*": 3}, "cohort": "x"},
+                    "c": {"quota": {"*": 1}, "cohort": "x"},
+                },
+                {
+                    "a": {"quota": {"*": 1}, "cohort": "x", "borrowing_limit": 1},
+                    "b": {"quota": {"*": 4}, "cohort": "x"},
+                },
+            ]
+        ),
+    }
+)
 
 POOL = NodePool("auto", "A100-80GB", 4, 64_000, 262_144, CapacityType.ON_DEMAND, max_nodes=2, provisioning_delay_s=60)
 
@@ -115,13 +153,23 @@ def check_snapshot(sim: Simulation) -> None:
     assert np.array_equal(cpu, snap.cpu_free[:n]) and np.array_equal(mem, snap.mem_free[:n])
 
 
-def simulate(node_list: list[Node], trace_jobs: list[TraceJob], profile: dict, seed: int,
-             cls: type[Simulation] = CheckedSimulation) -> tuple[Simulation, SimResult]:
+def simulate(
+    node_list: list[Node],
+    trace_jobs: list[TraceJob],
+    profile: dict,
+    seed: int,
+    cls: type[Simulation] = CheckedSimulation,
+) -> tuple[Simulation, SimResult]:
     prof = load_profile(profile)
     pools = [POOL] if profile["autoscaler"]["enabled"] else []
-    sim = cls(Trace("prop", list(trace_jobs)), prof.build(), lambda nd: nd.hourly_price_usd or 3.0 * max(1, nd.gpu_count),
-              nodes=node_list, pools=pools,
-              options=SimOptions(seed=seed, spot_hazard_per_node_hour=0.5, failure_prob=0.1, horizon_s=50_000))
+    sim = cls(
+        Trace("prop", list(trace_jobs)),
+        prof.build(),
+        lambda nd: nd.hourly_price_usd or 3.0 * max(1, nd.gpu_count),
+        nodes=node_list,
+        pools=pools,
+        options=SimOptions(seed=seed, spot_hazard_per_node_hour=0.5, failure_prob=0.1, horizon_s=50_000),
+    )
     return sim, sim.run()
 
 
@@ -144,8 +192,12 @@ def test_invariants_hold(node_list: list[Node], trace_jobs: list[TraceJob], prof
     rows = sum((r.total_cost_usd for r in alloc.rows), Decimal(0))
     assert rows + alloc.idle.total_cost_usd == alloc.totals.total_cost_usd
     exact = sum(
-        (Fraction(repr(iv.hourly_usd)) * (Fraction(round(iv.end * 1e6)) - Fraction(round(iv.start * 1e6))) / 3_600_000_000
-         for iv in sim.ledger.node_intervals()),
+        (
+            Fraction(repr(iv.hourly_usd))
+            * (Fraction(round(iv.end * 1e6)) - Fraction(round(iv.start * 1e6)))
+            / 3_600_000_000
+            for iv in sim.ledger.node_intervals()
+        ),
         Fraction(0),
     )
     assert abs(Decimal(exact.numerator) / Decimal(exact.denominator) - alloc.totals.total_cost_usd) <= Decimal("0.005")

@@ -19,7 +19,9 @@ from gpufleet.sim.runner import TraceOptions, load_trace, run_simulation
 
 @handle_errors
 def simulate(
-    trace: Annotated[str, typer.Option(help="openb[:variant] | philly:PATH | synthetic[:seed] | FILE.jsonl|.csv")] = "openb",
+    trace: Annotated[
+        str, typer.Option(help="openb[:variant] | philly:PATH | synthetic[:seed] | FILE.jsonl|.csv")
+    ] = "openb",
     profile: Annotated[Path | None, typer.Option(help="scheduler profile YAML")] = None,
     cluster: Annotated[Path | None, typer.Option(help="cluster YAML (nodes and pools)")] = None,
     placement: Annotated[str | None, typer.Option(help="placement policy (overrides the profile)")] = None,
@@ -64,8 +66,10 @@ def simulate(
     if as_json:
         print(json.dumps(summary, default=str))
         return
-    table = Table(title=f"{tr.name} — {prof.queue_sort} / {'+'.join(p.name for p in prof.placement)} / "
-                        f"backfill {prof.backfill}", show_header=True)
+    table = Table(
+        title=f"{tr.name} — {prof.queue_sort} / {'+'.join(p.name for p in prof.placement)} / backfill {prof.backfill}",
+        show_header=True,
+    )
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, v in summary.items():

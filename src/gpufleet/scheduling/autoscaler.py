@@ -197,7 +197,7 @@ class Autoscaler:
             snap.schedulable[:n]
             & (snap.cpu_free[:n] == snap.cpu_cap[:n])
             & (snap.mem_free[:n] == snap.mem_cap[:n])
-            & (snap.gpu_free[:n].sum(axis=1) == snap.gpu_count[:n] * MILLI)
+            & (snap.free_milli[:n] == snap.gpu_count[:n] * MILLI)
         )
         out: list[ScaleDown] = []
         removed: dict[str, int] = {}

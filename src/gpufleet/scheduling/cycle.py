@@ -115,7 +115,9 @@ class Scheduler:
         self._blocked: list[tuple[Job, PodRequest]] = []  # left blocked for capacity by the last cycle
 
     # -- usage bookkeeping (the world calls these when jobs start and stop) -----------------------
-    def account(self, job: Job, assignments: Sequence[Assignment], snap: ClusterSnapshot, now: float, sign: int) -> None:
+    def account(
+        self, job: Job, assignments: Sequence[Assignment], snap: ClusterSnapshot, now: float, sign: int
+    ) -> None:
         for a in assignments:
             t = int(snap.gpu_type[a.node])
             gtype = snap.gpu_types[t] if t >= 0 else ""
@@ -186,8 +188,9 @@ class Scheduler:
                 # EASY: computed only once a later job might fit somewhere (it is costly)
                 hjob, hpod = pending_reservation
                 pending_reservation = None
-                shadow, nodes = self._reservation(snap, hjob, hpod, (r for r in running.values() if r.job.id not in gone),
-                                                  now)
+                shadow, nodes = self._reservation(
+                    snap, hjob, hpod, (r for r in running.values() if r.job.id not in gone), now
+                )
                 reserved_nodes = np.array(sorted(nodes), dtype=np.int64)
                 out.reservation = (hjob.id, shadow)
             ends_before_shadow = False
@@ -261,8 +264,15 @@ class Scheduler:
         if hit is not None and hit[0] == ck:
             return hit[1], hit[2]
         pod = snap.pod(job.spec, on_demand_only=job.on_demand_only)
-        key = (pod.cpu_milli, pod.memory_mib, pod.gpu, pod.type_ok.tobytes(), pod.min_gpu_memory_gib,
-               pod.allow_spot, job.spec.gang_size)
+        key = (
+            pod.cpu_milli,
+            pod.memory_mib,
+            pod.gpu,
+            pod.type_ok.tobytes(),
+            pod.min_gpu_memory_gib,
+            pod.allow_spot,
+            job.spec.gang_size,
+        )
         self._pods[job.id] = (ck, pod, key)
         return pod, key
 
@@ -305,12 +315,20 @@ class Scheduler:
         return may
 
     def _try_preempt(
-        self, snap: ClusterSnapshot, job: Job, pod: PodRequest, running: Mapping[str, RunningJob], gone: set[str],
-        out: Decisions, now: float, within_nominal: np.ndarray | None = None,
+        self,
+        snap: ClusterSnapshot,
+        job: Job,
+        pod: PodRequest,
+        running: Mapping[str, RunningJob],
+        gone: set[str],
+        out: Decisions,
+        now: float,
+        within_nominal: np.ndarray | None = None,
     ) -> Status:
         candidates = (rj for rj in running.values() if rj.job.id not in gone)
-        plan = plan_preemption(snap, job, pod, candidates, self._victim_filter(job, snap, within_nominal),
-                               self.graph, now)
+        plan = plan_preemption(
+            snap, job, pod, candidates, self._victim_filter(job, snap, within_nominal), self.graph, now
+        )
         if plan is None:
             return Status(Code.UNSCHEDULABLE, "no preemption frees enough room")
         victims = set()
@@ -323,8 +341,15 @@ class Scheduler:
         return SUCCESS
 
     def _try_reclaim(
-        self, snap: ClusterSnapshot, job: Job, pod: PodRequest, within_nominal: np.ndarray,
-        running: Mapping[str, RunningJob], gone: set[str], out: Decisions, now: float,
+        self,
+        snap: ClusterSnapshot,
+        job: Job,
+        pod: PodRequest,
+        within_nominal: np.ndarray,
+        running: Mapping[str, RunningJob],
+        gone: set[str],
+        out: Decisions,
+        now: float,
     ) -> Status:
         """The team is within its nominal quota but its cohort lent the quota out: preempt
         borrowers (Kueue's reclaimWithinCohort) until the cohort can hold the job. Victims are
@@ -342,9 +367,13 @@ class Scheduler:
             if need <= 0:
                 continue
             cands = [
-                rj for rj in running.values()
-                if rj.job.id not in gone and rj.job.team in members and rj.gpu_type == t
-                and self.quotas.is_borrowing(rj.job.team, t, self.usage) and self.graph.allows(job.id, rj.job.id)
+                rj
+                for rj in running.values()
+                if rj.job.id not in gone
+                and rj.job.team in members
+                and rj.gpu_type == t
+                and self.quotas.is_borrowing(rj.job.team, t, self.usage)
+                and self.graph.allows(job.id, rj.job.id)
             ]
             cands.sort(key=lambda rj: (rj.job.work_at_risk(now), rj.job.priority, -(rj.job.start_time or 0), rj.job.id))
             chosen, freed = [], 0

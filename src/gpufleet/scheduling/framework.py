@@ -25,7 +25,6 @@ from gpufleet.errors import RegistryError
 
 if TYPE_CHECKING:
     from gpufleet.model.job import Job
-    from gpufleet.scheduling.usage import UsageTracker
     from gpufleet.scheduling.snapshot import (
         Assignment,
         ClusterSnapshot,
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
         IntArray,
         PodRequest,
     )
+    from gpufleet.scheduling.usage import UsageTracker
 
 
 class Code(StrEnum):

@@ -95,7 +95,9 @@ def plan_preemption(
     best: PreemptionPlan | None = None
     for node, cands in by_node.items():
         # cheapest victims first: least work at risk, then lowest priority, then youngest
-        cands.sort(key=lambda c: (c[0].job.work_at_risk(now), c[0].job.priority, -(c[0].job.start_time or 0), c[0].job.id))
+        cands.sort(
+            key=lambda c: (c[0].job.work_at_risk(now), c[0].job.priority, -(c[0].job.start_time or 0), c[0].job.id)
+        )
         uniq: list[tuple[RunningJob, str]] = []
         for c in cands:
             if all(u[0] is not c[0] for u in uniq):
@@ -147,7 +149,9 @@ def _smallest_set(
                 if _fits_without(snap, node, pod, (rj for rj, _ in combo))
             ]
             if found:
-                return min(found, key=lambda c: (sum(rj.job.work_at_risk(now) for rj, _ in c), [rj.job.id for rj, _ in c]))
+                return min(
+                    found, key=lambda c: (sum(rj.job.work_at_risk(now) for rj, _ in c), [rj.job.id for rj, _ in c])
+                )
     taken: list[tuple[RunningJob, str]] = []
     for c in cands:
         taken.append(c)

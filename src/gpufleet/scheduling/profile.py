@@ -120,7 +120,8 @@ class Profile(_Strict):
             if t.quota is None and t.cohort is None:
                 continue
             nominal = {
-                (k if k == ANY_GPU else canonical_gpu_name(k) or k): round(g * MILLI) for k, g in (t.quota or {}).items()
+                (k if k == ANY_GPU else canonical_gpu_name(k) or k): round(g * MILLI)
+                for k, g in (t.quota or {}).items()
             }
             limit = None if t.borrowing_limit is None else round(t.borrowing_limit * MILLI)
             out.append(Quota(team, nominal, t.cohort, limit, t.weight))
@@ -179,8 +180,11 @@ def load_profile(data: Mapping[str, Any] | str | Path | None, source: str = "pro
             raise ConfigError(f"cannot read: {e.strerror}", source=source) from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
-            raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", source=source,
-                              line=None if mark is None else mark.line + 1) from None
+            raise ConfigError(
+                f"not valid YAML: {getattr(e, 'problem', e)}",
+                source=source,
+                line=None if mark is None else mark.line + 1,
+            ) from None
         data = loaded or {}
         if "scheduler" in data and isinstance(data["scheduler"], dict):
             data = data["scheduler"]

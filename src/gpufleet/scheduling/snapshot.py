@@ -85,6 +85,8 @@ class ClusterSnapshot:
         self.pools: list[str] = []
         self._pool_index: dict[str, int] = {}
         self.n = 0
+        self._version = 0  # bumped when nodes are added (static masks depend on the node set)
+        self._static: dict[tuple[object, ...], tuple[int, BoolArray]] = {}
         self._alloc(capacity)
 
     # -- construction -------------------------------------------------------------------------
@@ -92,7 +94,7 @@ class ClusterSnapshot:
         g = self.max_gpus
 
         def grow(a: np.ndarray | None, shape: tuple[int, ...], dtype: type, fill: object = 0) -> np.ndarray:
-            new = np.full(shape, fill, dtype=dtype)
+            new: np.ndarray = np.full(shape, fill, dtype=dtype)
             if a is not None:
                 new[: a.shape[0], ...] = a
             return new
@@ -114,6 +116,10 @@ class ClusterSnapshot:
         self.gpu_hour_usd = grow(get("gpu_hour_usd"), (cap,), np.float64)
         self.pool = grow(get("pool"), (cap,), np.int64)
         self.schedulable = grow(get("schedulable"), (cap,), np.bool_, False)
+        # per-node GPU aggregates, kept up to date by allocate/release (see _refresh)
+        self.free_milli = grow(get("free_milli"), (cap,), np.int64)
+        self.max_gpu_free = grow(get("max_gpu_free"), (cap,), np.int64)
+        self.whole_free = grow(get("whole_free"), (cap,), np.int64)
         self._cap = cap
 
     def type_index(self, model: str) -> int:
@@ -161,6 +167,8 @@ class ClusterSnapshot:
         self.gpu_hour_usd[i] = gpu_hour_usd
         self.pool[i] = self.pool_index(node.pool)
         self.schedulable[i] = schedulable
+        self._refresh(i)
+        self._version += 1
         return i
 
     @classmethod
@@ -201,35 +209,65 @@ class ClusterSnapshot:
 
     # -- filtering --------------------------------------------------------------------------------
     def feasible(self, pod: PodRequest) -> BoolArray:
-        """Mask of nodes where ``pod`` fits now (vectorized Filter over all nodes)."""
+        """Mask of nodes where ``pod`` fits now (vectorized Filter over all nodes).
+
+        The static part (GPU type, GPU memory, sharing mode, spot) is cached per pod class; the
+        dynamic part reads the per-node aggregates kept by :meth:`allocate` / :meth:`release`.
+        """
         n = self.n
-        ok = self.schedulable[:n] & (self.cpu_free[:n] >= pod.cpu_milli) & (self.mem_free[:n] >= pod.memory_mib)
-        if not pod.allow_spot:
-            ok &= self.capacity_type[:n] != CAPACITY_CODE[CapacityType.SPOT]
+        ok = self._static_mask(pod) & self.schedulable[:n]
+        ok &= self.cpu_free[:n] >= pod.cpu_milli
+        ok &= self.mem_free[:n] >= pod.memory_mib
         g = pod.gpu
         if g.count == 0:
             return ok
-        gt = self.gpu_type[:n]
-        type_ok = pod.type_ok
-        if len(type_ok) < len(self.gpu_types):  # types added after the pod was built: allowed iff no constraint
-            type_ok = np.concatenate([type_ok, np.full(len(self.gpu_types) - len(type_ok), bool(type_ok.all()))])
-        ok &= (gt >= 0) & type_ok[np.maximum(gt, 0)]
-        if pod.min_gpu_memory_gib > 0:
-            ok &= self.gpu_mem_gib[:n] >= pod.min_gpu_memory_gib
-        free = self.gpu_free[:n]
-        sharing = self.sharing[:n]
         if g.is_mig:
-            ok &= sharing == SHARING_CODE[SharingMode.MIG]
             if ok.any():
                 ok &= self._mig_fits(g.mig_profile or "", ok)
             return ok
-        ok &= sharing != SHARING_CODE[SharingMode.MIG]
         if g.is_fractional:
-            ok &= sharing == SHARING_CODE[SharingMode.SHARED]
-            ok &= (free >= g.milli).any(axis=1)
+            ok &= self.max_gpu_free[:n] >= g.milli
         else:
-            ok &= (free >= MILLI).sum(axis=1) >= g.count
+            ok &= self.whole_free[:n] >= g.count
         return ok
+
+    def _static_mask(self, pod: PodRequest) -> BoolArray:
+        g = pod.gpu
+        kind = 0 if g.count == 0 else 1 if g.is_mig else 2 if g.is_fractional else 3
+        key = (pod.type_ok.tobytes() if g.count else b"", pod.allow_spot, pod.min_gpu_memory_gib, kind)
+        hit = self._static.get(key)
+        if hit is not None and hit[0] == self._version:
+            return hit[1]
+        n = self.n
+        ok = np.ones(n, dtype=np.bool_)
+        if not pod.allow_spot:
+            ok &= self.capacity_type[:n] != CAPACITY_CODE[CapacityType.SPOT]
+        if kind:
+            gt = self.gpu_type[:n]
+            type_ok = pod.type_ok
+            if len(type_ok) < len(self.gpu_types):  # types added after the pod was built: allowed iff no constraint
+                type_ok = np.concatenate([type_ok, np.full(len(self.gpu_types) - len(type_ok), bool(type_ok.all()))])
+            ok &= (gt >= 0) & type_ok[np.maximum(gt, 0)]
+            if pod.min_gpu_memory_gib > 0:
+                ok &= self.gpu_mem_gib[:n] >= pod.min_gpu_memory_gib
+            sharing = self.sharing[:n]
+            if kind == 1:
+                ok &= sharing == SHARING_CODE[SharingMode.MIG]
+            elif kind == 2:
+                ok &= sharing == SHARING_CODE[SharingMode.SHARED]
+            else:
+                ok &= sharing != SHARING_CODE[SharingMode.MIG]
+        if len(self._static) > 4096:
+            self._static.clear()
+        self._static[key] = (self._version, ok)
+        return ok
+
+    def _refresh(self, i: int) -> None:
+        """Recompute node ``i``'s GPU aggregates from its row."""
+        row = self.gpu_free[i, : int(self.gpu_count[i])].tolist()
+        self.free_milli[i] = sum(row)
+        self.max_gpu_free[i] = max(row, default=0)
+        self.whole_free[i] = row.count(MILLI)
 
     def fits(self, i: int, pod: PodRequest) -> bool:
         """Scalar Filter: does ``pod`` fit on node ``i`` now? (Same rules as :meth:`feasible`.)"""
@@ -308,6 +346,8 @@ class ClusterSnapshot:
                 self.gpu_free[i, gi] -= a.milli
         self.cpu_free[i] -= a.cpu_milli
         self.mem_free[i] -= a.memory_mib
+        if a.gpus:
+            self._refresh(i)
 
     def release(self, a: Assignment) -> None:
         """Give ``a`` back. Raises if that would exceed capacity (a double release)."""
@@ -329,6 +369,8 @@ class ClusterSnapshot:
                 self.gpu_free[i, gi] += a.milli
         self.cpu_free[i] += a.cpu_milli
         self.mem_free[i] += a.memory_mib
+        if a.gpus:
+            self._refresh(i)
 
     def assignment(self, node: int, pod: PodRequest, gpus: tuple[int, ...] | None = None) -> Assignment | None:
         """A default assignment of ``pod`` on ``node`` (GPU choice: MIG first slot; fractions best fit;

@@ -123,9 +123,9 @@ class Simulation:
             self._events_processed += 1
             kind = ev.kind
             if kind is Kind.JOB_END:
-                self._on_job_end(ev.payload)  # type: ignore[arg-type]
+                self._on_job_end(ev.payload)
             elif kind is Kind.SUBMIT:
-                self._on_submit(ev.payload)  # type: ignore[arg-type]
+                self._on_submit(ev.payload)
             elif kind is Kind.CYCLE:
                 self._on_cycle()
             elif kind is Kind.NODE_READY:
@@ -168,8 +168,9 @@ class Simulation:
             return
         now = self.clock.now()
         if self._cycle_at != now:  # a full cycle at this instant does the autoscaling anyway
-            state = ClusterState(self.cluster.snapshot, list(self.pending.values()), self.cluster.running,
-                                 self.cluster.pool_states())
+            state = ClusterState(
+                self.cluster.snapshot, list(self.pending.values()), self.cluster.running, self.cluster.pool_states()
+            )
             self._apply(self.scheduler.autoscale(state, now), now)
         self.events.push(now + self.options.autoscale_interval_s, Kind.AUTOSCALE_TICK)
 
@@ -220,7 +221,9 @@ class Simulation:
     def _start(self, job: Job, assignments: tuple[Assignment, ...], now: float) -> None:
         snap = self.cluster.snapshot
         job.transition(JobState.ADMITTED, now, "placed")
-        job.transition(JobState.RUNNING, now, "started on " + ",".join(sorted({snap.names[a.node] for a in assignments})))
+        job.transition(
+            JobState.RUNNING, now, "started on " + ",".join(sorted({snap.names[a.node] for a in assignments}))
+        )
         del self.pending[job.id]
         job.placement = tuple(snap.placement_of(a) for a in assignments)
         job.start_time = now
@@ -251,7 +254,10 @@ class Simulation:
         self.events.push(end, Kind.JOB_END, (job.id, run.seq, outcome))
 
     def _on_job_end(self, payload: object) -> None:
-        job_id, seq, outcome = payload  # type: ignore[misc]
+        assert isinstance(payload, tuple)
+        job_id: str = payload[0]
+        seq: int = payload[1]
+        outcome: str = payload[2]
         run = self.runs.get(job_id)
         if run is None or run.seq != seq:
             return  # the run was stopped earlier (preempted or interrupted)
@@ -267,8 +273,9 @@ class Simulation:
         else:
             failures = sum(1 for e in job.events if e.reason.startswith("run failed"))
             if failures < self.options.max_retries:
-                self._stop(job_id, now, reason=f"run failed; retry {failures + 1}/{self.options.max_retries}",
-                           preempted=False)
+                self._stop(
+                    job_id, now, reason=f"run failed; retry {failures + 1}/{self.options.max_retries}", preempted=False
+                )
             else:
                 self._release(run, now)
                 self._end(job, JobState.FAILED, f"run failed after {failures} retries")
@@ -371,12 +378,18 @@ class Simulation:
         now = self.clock.now()
         total = sum(sn.node.gpu_count for sn in self.cluster.live_nodes())
         alloc = self._allocated_milli / MILLI
-        self._samples.append(Sample(
-            time=now, allocated_gpus=alloc, total_gpus=float(total), idle_gpus=total - alloc,
-            queue_length=len(self.pending), running_jobs=len(self.runs),
-            cost_rate_usd_per_hour=self.cluster.cost_rate_usd_per_hour(),
-            nodes=sum(1 for _ in self.cluster.live_nodes()),
-        ))
+        self._samples.append(
+            Sample(
+                time=now,
+                allocated_gpus=alloc,
+                total_gpus=float(total),
+                idle_gpus=total - alloc,
+                queue_length=len(self.pending),
+                running_jobs=len(self.runs),
+                cost_rate_usd_per_hour=self.cluster.cost_rate_usd_per_hour(),
+                nodes=sum(1 for _ in self.cluster.live_nodes()),
+            )
+        )
 
     def _result(self) -> SimResult:
         now = self.clock.now()
@@ -393,19 +406,38 @@ class Simulation:
             spec = job.spec
             start = job.first_start_time
             end = job.end_time
-            records.append(JobRecord(
-                job_id=job.id, name=spec.name, team=spec.team, project=spec.project,
-                gpus=spec.total_gpu_milli / MILLI, submit=job.submit_time, start=start, end=end,
-                state=job.state.value, wait_s=None if start is None else start - job.submit_time,
-                jct_s=None if end is None else end - job.submit_time,
-                gpu_seconds=self._gpu_seconds.get(job.id, 0.0), cost_usd=costs.get(job.id, 0.0),
-                preemptions=job.preemptions, restarts=job.restarts, lost_work_s=job.lost_work_s,
-                capacity_type=self._capacity.get(job.id, ""), spot_restarts=job.spot_restarts,
-            ))
+            records.append(
+                JobRecord(
+                    job_id=job.id,
+                    name=spec.name,
+                    team=spec.team,
+                    project=spec.project,
+                    gpus=spec.total_gpu_milli / MILLI,
+                    submit=job.submit_time,
+                    start=start,
+                    end=end,
+                    state=job.state.value,
+                    wait_s=None if start is None else start - job.submit_time,
+                    jct_s=None if end is None else end - job.submit_time,
+                    gpu_seconds=self._gpu_seconds.get(job.id, 0.0),
+                    cost_usd=costs.get(job.id, 0.0),
+                    preemptions=job.preemptions,
+                    restarts=job.restarts,
+                    lost_work_s=job.lost_work_s,
+                    capacity_type=self._capacity.get(job.id, ""),
+                    spot_restarts=job.spot_restarts,
+                )
+            )
         return SimResult(
-            name=self.name, records=records, samples=self._samples, makespan=now,
+            name=self.name,
+            records=records,
+            samples=self._samples,
+            makespan=now,
             events_processed=self._events_processed,
-            config={"trace": self.trace.name, "seed": self.options.seed,
-                    "cluster_cost_usd": float(alloc.totals.total_cost_usd),
-                    "idle_cost_usd": float(alloc.idle.total_cost_usd)},
+            config={
+                "trace": self.trace.name,
+                "seed": self.options.seed,
+                "cluster_cost_usd": float(alloc.totals.total_cost_usd),
+                "idle_cost_usd": float(alloc.idle.total_cost_usd),
+            },
         )

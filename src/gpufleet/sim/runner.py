@@ -18,7 +18,7 @@ from gpufleet.model.node import CapacityType, Node, NodePool
 from gpufleet.scheduling.framework import WorkloadClass
 from gpufleet.scheduling.profile import Profile
 from gpufleet.sim.clusterspec import ClusterSpec, NodeGroup, PoolSpec
-from gpufleet.sim.engine import Simulation, SimOptions
+from gpufleet.sim.engine import SimOptions, Simulation
 from gpufleet.sim.results import SimResult
 from gpufleet.sim.traces.base import Trace
 from gpufleet.sim.traces.jsonl import load_jsonl

@@ -112,12 +112,12 @@ def minmax01(scores: FloatArray) -> FloatArray:
 
 def free_gpu_milli(snap: ClusterSnapshot, nodes: IntArray) -> IntArray:
     """Total free milli-GPU of each node in ``nodes``."""
-    result: IntArray = snap.gpu_free[nodes].sum(axis=1)
+    result: IntArray = snap.free_milli[nodes]
     return result
 
 
 def fully_free_gpus(snap: ClusterSnapshot, nodes: IntArray) -> IntArray:
-    result: IntArray = (snap.gpu_free[nodes] == MILLI).sum(axis=1)
+    result: IntArray = snap.whole_free[nodes]
     return result
 
 
