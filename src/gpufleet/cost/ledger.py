@@ -671,56 +671,74 @@ def allocate(
         _accumulate(held, (tuple(f(seg) for f in keyfns), interval_split[op.interval]),
                     op.share_units, op.cpu_milli, op.memory_mib, dur)
 
-    # 3. Exact costs per group and idle per component.
-    exact: dict[tuple[str, ...], list[Fraction]] = {}  # key → [gpu, cpu, mem]
+    # 3. Exact costs per group and idle per component, as integer numerators over one common
+    #    denominator (exact, and fast for many groups: no Fraction per row).
+    gpu_div, cpu_div, mem_div = SHARE_UNITS * US_PER_HOUR, MILLI * US_PER_HOUR, MIB_PER_GIB * US_PER_HOUR
+    rates = [
+        (sp.usd_per_gpu_hour / gpu_div, sp.usd_per_vcpu_hour / cpu_div, sp.usd_per_gib_hour / mem_div) for sp in splits
+    ]
+    den = 1
+    for rate in rates:
+        for part in rate:
+            den = math.lcm(den, part.denominator)
+    irates = [tuple(part.numerator * (den // part.denominator) for part in rate) for rate in rates]
+    exact: dict[tuple[str, ...], list[int]] = {}  # key → [gpu, cpu, mem] numerators over ``den``
     used: dict[int, list[int]] = {}
     gpu_us: dict[tuple[str, ...], int] = {}
     for (key, sid), (g, c, m) in held.items():
-        sp = splits[sid]
-        row = exact.setdefault(key, [Fraction(0), Fraction(0), Fraction(0)])
-        row[0] += sp.usd_per_gpu_hour * g / (SHARE_UNITS * US_PER_HOUR)
-        row[1] += sp.usd_per_vcpu_hour * c / (MILLI * US_PER_HOUR)
-        row[2] += sp.usd_per_gib_hour * m / (MIB_PER_GIB * US_PER_HOUR)
+        kg, kc, km = irates[sid]
+        row = exact.get(key)
+        if row is None:
+            row = exact[key] = [0, 0, 0]
+        row[0] += kg * g
+        row[1] += kc * c
+        row[2] += km * m
         u = used.setdefault(sid, [0, 0, 0])
         u[0] += g
         u[1] += c
         u[2] += m
         gpu_us[key] = gpu_us.get(key, 0) + g
-    idle = [Fraction(0), Fraction(0), Fraction(0)]
+    idle = [0, 0, 0]
     idle_units = 0
     for sid, (cg, cc, cm) in capacity.items():
-        sp = splits[sid]
+        kg, kc, km = irates[sid]
         ug, uc, um = used.get(sid, (0, 0, 0))
-        idle[0] += sp.usd_per_gpu_hour * (cg - ug) / (SHARE_UNITS * US_PER_HOUR)
-        idle[1] += sp.usd_per_vcpu_hour * (cc - uc) / (MILLI * US_PER_HOUR)
-        idle[2] += sp.usd_per_gib_hour * (cm - um) / (MIB_PER_GIB * US_PER_HOUR)
+        idle[0] += kg * (cg - ug)
+        idle[1] += kc * (cc - uc)
+        idle[2] += km * (cm - um)
         idle_units += cg - ug
-    attributed = sum((sum(r) for r in exact.values()), Fraction(0))
-    if attributed + sum(idle) != node_cost:  # the split's invariant; a bug if it fails
-        raise AssertionError(f"ledger conservation broken: {attributed} + {sum(idle)} != {node_cost}")
+    attributed = sum(sum(r) for r in exact.values())
+    if Fraction(attributed + sum(idle), den) != node_cost:  # the split's invariant; a bug if it fails
+        raise AssertionError(f"ledger conservation broken: {attributed} + {sum(idle)} != {node_cost} x {den}")
 
+    keys = sorted(exact)
     if spread_idle:
-        for comp in range(3):
-            base = sum((r[comp] for r in exact.values()), Fraction(0))
-            if base == 0 or idle[comp] == 0:
-                continue
-            for r in exact.values():
-                r[comp] += idle[comp] * r[comp] / base
-            idle[comp] = Fraction(0)
+        # row[c] += idle[c] * row[c] / base[c] for each component c anyone used; to stay integral,
+        # move to the denominator den * B with B = lcm of those bases.
+        bases = [sum(r[c] for r in exact.values()) for c in range(3)]
+        spread = [bases[c] > 0 and idle[c] != 0 for c in range(3)]
+        big = 1
+        for c in range(3):
+            if spread[c]:
+                big = math.lcm(big, bases[c])
+        for r in exact.values():
+            for c in range(3):
+                r[c] = r[c] * big + (idle[c] * r[c] * (big // bases[c]) if spread[c] else 0)
+        idle = [0 if spread[c] else idle[c] * big for c in range(3)]
+        den *= big
 
     # 4. Round. The node cost and the idle line are rounded half up on their own (so neither
     #    depends on the grouping); the rows' totals by largest remainder to the difference; then
     #    each line's components by largest remainder to its rounded total.
-    keys = sorted(exact)
     lines = [exact[k] for k in keys] + [idle]
     node_cents = _round_cents(node_cost)
-    idle_cents = _round_cents(sum(idle, Fraction(0)))
-    totals_cents = _largest_remainder([sum(exact[k], Fraction(0)) for k in keys], node_cents - idle_cents)
+    idle_cents = _round_cents(Fraction(sum(idle), den))
+    totals_cents = _largest_remainder_int([sum(exact[k]) for k in keys], den, node_cents - idle_cents)
     totals_cents.append(idle_cents)
     rows: list[CostLine] = []
     col = [0, 0, 0]
     for i, (r, cents) in enumerate(zip(lines, totals_cents, strict=True)):
-        comps = _largest_remainder(r, cents)
+        comps = _largest_remainder_int(r, den, cents)
         for j in range(3):
             col[j] += comps[j]
         is_idle = i == len(keys)
@@ -817,6 +835,19 @@ def _largest_remainder(values: Iterable[Fraction], target_cents: int) -> list[in
     if not 0 <= missing <= len(scaled):
         raise AssertionError(f"cannot round {scaled} to {target_cents} cents")
     order = sorted(range(len(scaled)), key=lambda i: (-(scaled[i] - floors[i]), i))
+    for i in order[:missing]:
+        floors[i] += 1
+    return floors
+
+
+def _largest_remainder_int(numerators: Sequence[int], den: int, target_cents: int) -> list[int]:
+    """:func:`_largest_remainder` for values given as integer numerators over ``den`` dollars."""
+    scaled = [v * 100 for v in numerators]
+    floors = [v // den for v in scaled]
+    missing = target_cents - sum(floors)
+    if not 0 <= missing <= len(scaled):
+        raise AssertionError(f"cannot round {numerators}/{den} to {target_cents} cents")
+    order = sorted(range(len(scaled)), key=lambda i: (-(scaled[i] - floors[i] * den), i))
     for i in order[:missing]:
         floors[i] += 1
     return floors

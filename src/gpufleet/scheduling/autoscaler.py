@@ -193,12 +193,7 @@ class Autoscaler:
             return []
         by_pool = {ps.pool.name: ps for ps in pools}
         n = snap.n
-        empty = (
-            snap.schedulable[:n]
-            & (snap.cpu_free[:n] == snap.cpu_cap[:n])
-            & (snap.mem_free[:n] == snap.mem_cap[:n])
-            & (snap.free_milli[:n] == snap.gpu_count[:n] * MILLI)
-        )
+        empty = snap.schedulable[:n] & (snap.pods[:n] == 0)
         out: list[ScaleDown] = []
         removed: dict[str, int] = {}
         idle_now: set[str] = set()

@@ -10,7 +10,7 @@ Phases (numbered as in DESIGN.md):
    (by their runtime estimate) before the reservation's shadow time; collect it for the autoscaler;
 5. emit decisions (placements are already reserved; the caller binds them, and on failure calls
    :meth:`Scheduler.unreserve`);
-6. scale down nodes idle past their TTL.
+6. scale down nodes idle past their TTL (on the autoscaler's timer, :meth:`Scheduler.autoscale`).
 
 The scheduler keeps the team usage (for fair share and quotas), the preemption graph, the
 nominations and the autoscaler's idle timers. It never reads a clock: ``now`` is passed in.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -83,6 +84,10 @@ class ClusterState:
     pools: Sequence[PoolState] = ()
 
 
+def _by_est_end(rj: RunningJob) -> tuple[float, str]:
+    return (rj.est_end, rj.job.id)
+
+
 def key_failed(base_key: tuple[object, ...], failed: set[tuple[object, ...]]) -> bool:
     """Did this shape already fail in this cycle with every node available to it?"""
     return (base_key, None) in failed
@@ -113,6 +118,7 @@ class Scheduler:
         self.nominated: dict[str, set[str]] = {}  # preemptor id → victim ids still stopping
         self._pods: dict[str, tuple[tuple[object, ...], PodRequest, tuple[object, ...]]] = {}
         self._blocked: list[tuple[Job, PodRequest]] = []  # left blocked for capacity by the last cycle
+        self._preemptible: Counter[int] = Counter()  # base priority → preemptible jobs holding resources
 
     # -- usage bookkeeping (the world calls these when jobs start and stop) -----------------------
     def account(
@@ -127,6 +133,8 @@ class Scheduler:
                 self.usage.add(*args)
             else:
                 self.usage.remove(*args)
+        if job.spec.preemptible:
+            self._preemptible[job.priority] += sign
 
     def unreserve(self, placement: Placement, snap: ClusterSnapshot, now: float) -> None:
         """Roll back a reservation whose bind failed. Not idempotent: call it once per failure."""
@@ -236,25 +244,26 @@ class Scheduler:
                 if self.config.backfill == "easy":
                     pending_reservation = (job, pod)
         self._blocked = blocked_for_capacity
-        self._autoscale(state, now, out)
+        if blocked_for_capacity:
+            out.scale_up = self.autoscaler.scale_up(
+                blocked_for_capacity, state.pools, snap, queue_length=len(state.pending), now=now
+            )
         return out
 
     def autoscale(self, state: ClusterState, now: float) -> Decisions:
-        """Only the autoscaler's decisions, for the jobs the last cycle left blocked (a cheap timer
-        tick between cycles: placement would decide the same when nothing changed)."""
+        """The autoscaler's timer tick: scale up for the jobs the last cycle left blocked (placement
+        would decide the same when nothing changed) and scale down idle nodes. The world calls it
+        every ``autoscale_interval_s`` while the autoscaler is enabled."""
         out = Decisions()
         pending = {j.id for j in state.pending}
         self._blocked = [(j, p) for j, p in self._blocked if j.id in pending]
-        self._autoscale(state, now, out)
-        return out
-
-    def _autoscale(self, state: ClusterState, now: float, out: Decisions) -> None:
         if self._blocked:
             out.scale_up = self.autoscaler.scale_up(
                 self._blocked, state.pools, state.snapshot, queue_length=len(state.pending), now=now
             )
-        # 6. scale down
+        # 6. scale down (on the autoscaler's timer: idle TTLs are minutes, cycles are frequent)
         out.scale_down = self.autoscaler.scale_down(state.snapshot, state.pools, now)
+        return out
 
     # -- helpers -------------------------------------------------------------------------------------
     def _pod(self, snap: ClusterSnapshot, job: Job) -> tuple[PodRequest, tuple[object, ...]]:
@@ -325,6 +334,9 @@ class Scheduler:
         now: float,
         within_nominal: np.ndarray | None = None,
     ) -> Status:
+        may_reclaim = within_nominal is not None and bool(within_nominal.any()) and bool(self.quotas.cohorts)
+        if not may_reclaim and not any(n > 0 and p < job.priority for p, n in self._preemptible.items()):
+            return Status(Code.UNSCHEDULABLE, "no lower-priority preemptible job runs")  # fast path
         candidates = (rj for rj in running.values() if rj.job.id not in gone)
         plan = plan_preemption(
             snap, job, pod, candidates, self._victim_filter(job, snap, within_nominal), self.graph, now
@@ -404,15 +416,12 @@ class Scheduler:
     ) -> tuple[float, set[int]]:
         """EASY backfill: the earliest time the blocked job fits as running jobs end (by estimate),
         and the nodes it would use then. Unknown end times count as never."""
-        ends: list[tuple[float, str, RunningJob]] = []
-        for rj in running:
-            rem = rj.job.remaining_estimate(now)
-            ends.append((math.inf if rem is None else now + rem, rj.job.id, rj))
-        ends.sort(key=lambda e: (e[0], e[1]))
+        ends = sorted(running, key=_by_est_end)
         restores = []
         shadow, nodes = math.inf, set()
         try:
-            for t_end, _, rj in ends:
+            for rj in ends:
+                t_end = rj.est_end
                 if math.isinf(t_end):
                     break
                 restores.append(snap.remove(rj.assignments))

@@ -13,6 +13,7 @@ Works on the snapshot by what-if: removals are undone before returning.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,6 +27,15 @@ class RunningJob:
     job: Job
     assignments: tuple[Assignment, ...]
     gpu_type: str  # GPU model it runs on ("" for CPU-only)
+    est_end: float = field(init=False)  # when it should end by its runtime estimate (inf: unknown)
+
+    def __post_init__(self) -> None:
+        start = self.job.start_time
+        est = self.job.spec.estimated_runtime_s or self.job.spec.max_runtime_s
+        if start is None or est is None:
+            self.est_end = math.inf
+        else:
+            self.est_end = start + max(0.0, est - self.job.work_done_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,7 @@ class ClusterSnapshot:
         self.free_milli = grow(get("free_milli"), (cap,), np.int64)
         self.max_gpu_free = grow(get("max_gpu_free"), (cap,), np.int64)
         self.whole_free = grow(get("whole_free"), (cap,), np.int64)
+        self.pods = grow(get("pods"), (cap,), np.int64)  # pods holding (possibly zero) resources here
         self._cap = cap
 
     def type_index(self, model: str) -> int:
@@ -155,6 +156,7 @@ class ClusterSnapshot:
         self.gpu_free[i, : node.gpu_count] = MILLI
         self.mig_free[i, :] = 0
         self.mig_used[i, :] = 0
+        self.pods[i] = 0
         if node.sharing is SharingMode.MIG:
             self.mig_free[i, : node.gpu_count] = FULL_MIG_MASK
         self.cpu_free[i] = self.cpu_cap[i] = node.cpu_milli
@@ -215,7 +217,7 @@ class ClusterSnapshot:
         dynamic part reads the per-node aggregates kept by :meth:`allocate` / :meth:`release`.
         """
         n = self.n
-        ok = self._static_mask(pod) & self.schedulable[:n]
+        ok: BoolArray = self._static_mask(pod) & self.schedulable[:n]
         ok &= self.cpu_free[:n] >= pod.cpu_milli
         ok &= self.mem_free[:n] >= pod.memory_mib
         g = pod.gpu
@@ -346,6 +348,7 @@ class ClusterSnapshot:
                 self.gpu_free[i, gi] -= a.milli
         self.cpu_free[i] -= a.cpu_milli
         self.mem_free[i] -= a.memory_mib
+        self.pods[i] += 1
         if a.gpus:
             self._refresh(i)
 
@@ -367,8 +370,11 @@ class ClusterSnapshot:
                     raise SchedulingError(f"double release of GPU {gi} on node {self.names[i]}")
             for gi in a.gpus:
                 self.gpu_free[i, gi] += a.milli
+        if self.pods[i] <= 0:
+            raise SchedulingError(f"release on node {self.names[i]}, which holds no pod")
         self.cpu_free[i] += a.cpu_milli
         self.mem_free[i] += a.memory_mib
+        self.pods[i] -= 1
         if a.gpus:
             self._refresh(i)
 

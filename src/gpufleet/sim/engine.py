@@ -167,11 +167,10 @@ class Simulation:
         if self._finished() and not any(ps.live > ps.pool.min_nodes for ps in self.cluster.pool_states()):
             return
         now = self.clock.now()
-        if self._cycle_at != now:  # a full cycle at this instant does the autoscaling anyway
-            state = ClusterState(
-                self.cluster.snapshot, list(self.pending.values()), self.cluster.running, self.cluster.pool_states()
-            )
-            self._apply(self.scheduler.autoscale(state, now), now)
+        state = ClusterState(
+            self.cluster.snapshot, list(self.pending.values()), self.cluster.running, self.cluster.pool_states()
+        )
+        self._apply(self.scheduler.autoscale(state, now), now)
         self.events.push(now + self.options.autoscale_interval_s, Kind.AUTOSCALE_TICK)
 
     def _on_cycle(self) -> None:

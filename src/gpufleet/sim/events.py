@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class Kind(IntEnum):
@@ -20,12 +20,14 @@ class Kind(IntEnum):
     SAMPLE = 7
 
 
-@dataclass(order=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    """Heap entry; a tuple so the heap compares in C. ``seq`` is unique, so ``payload`` is never
+    compared."""
+
     time: float
     kind: Kind
     seq: int
-    payload: object = field(compare=False, default=None)
+    payload: object = None
 
 
 class EventQueue:
