@@ -189,7 +189,8 @@ class Autoscaler:
     def scale_down(self, snap: ClusterSnapshot, pools: Sequence[PoolState], now: float) -> list[ScaleDown]:
         """Nodes of autoscaled pools idle past the TTL, keeping each pool at or above min_nodes."""
         cfg = self.config
-        if not cfg.enabled:
+        if not cfg.enabled or all(ps.live <= ps.pool.min_nodes for ps in pools):
+            self.idle_since.clear()
             return []
         by_pool = {ps.pool.name: ps for ps in pools}
         n = snap.n

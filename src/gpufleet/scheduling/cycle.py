@@ -425,8 +425,8 @@ class Scheduler:
                 if math.isinf(t_end):
                     break
                 restores.append(snap.remove(rj.assignments))
-                if job.spec.gang_size == 1 and not any(snap.fits(a.node, pod) for a in rj.assignments):
-                    continue
+                if not any(snap.fits(a.node, pod) for a in rj.assignments):
+                    continue  # no node newly fits a pod, so neither does the job (gangs: identical pods)
                 got = self._place_gang(snap, pod, job.spec.gang_size)
                 if got is not None:
                     for a in reversed(got):

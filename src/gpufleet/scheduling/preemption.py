@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from gpufleet.model.job import Job
-from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot, PodRequest
+from gpufleet.model.gpu import MILLI
+from gpufleet.model.node import SharingMode
+from gpufleet.scheduling.snapshot import SHARING_CODE, Assignment, ClusterSnapshot, PodRequest
 
 
 @dataclass(slots=True)
@@ -103,7 +105,12 @@ def plan_preemption(
         for a in rj.assignments:
             by_node[a.node].append((rj, why))
     best: PreemptionPlan | None = None
-    for node, cands in by_node.items():
+    # a node with fewer candidate victims can need no more victims than it has: look there first
+    nodes = sorted(by_node, key=lambda nd: (len(by_node[nd]), nd))[:MAX_NODES_EXAMINED]
+    for node in nodes:
+        cands = by_node[node]
+        if best is not None and len(best.victims) == 1 and best.lost_work_s == 0:
+            break  # cannot do better
         # cheapest victims first: least work at risk, then lowest priority, then youngest
         cands.sort(
             key=lambda c: (c[0].job.work_at_risk(now), c[0].job.priority, -(c[0].job.start_time or 0), c[0].job.id)
@@ -126,19 +133,41 @@ def plan_preemption(
     return best
 
 
-EXHAUSTIVE_UP_TO = 3  # try every victim set of up to this size (on nodes with few candidates)
-EXHAUSTIVE_CANDIDATES = 12
+EXHAUSTIVE_UP_TO = 2  # try every victim set of up to this size (on nodes with few candidates)
+EXHAUSTIVE_CANDIDATES = 8
+MAX_NODES_EXAMINED = 64  # nodes with the fewest candidate victims first
 
 
 def _fits_without(snap: ClusterSnapshot, node: int, pod: PodRequest, victims: Iterable[RunningJob]) -> bool:
-    restores = []
-    try:
-        for rj in victims:
-            restores.append(snap.remove(rj.assignments))
-        return snap.fits(node, pod)
-    finally:
-        for r in reversed(restores):
-            r()
+    """Would ``pod`` fit on ``node`` if ``victims`` stopped? Arithmetic on the node's row (the
+    static checks were done by the caller); MIG nodes go through a what-if on the snapshot."""
+    if snap.sharing[node] == SHARING_CODE[SharingMode.MIG]:
+        restores = []
+        try:
+            for rj in victims:
+                restores.append(snap.remove(rj.assignments))
+            return snap.fits(node, pod)
+        finally:
+            for r in reversed(restores):
+                r()
+    row = snap.gpu_free[node, : int(snap.gpu_count[node])].tolist()
+    cpu = int(snap.cpu_free[node])
+    mem = int(snap.mem_free[node])
+    for rj in victims:
+        for a in rj.assignments:
+            if a.node == node:
+                cpu += a.cpu_milli
+                mem += a.memory_mib
+                for g in a.gpus:
+                    row[g] += a.milli
+    if cpu < pod.cpu_milli or mem < pod.memory_mib:
+        return False
+    g = pod.gpu
+    if g.count == 0:
+        return True
+    if g.is_fractional:
+        return max(row, default=0) >= g.milli
+    return row.count(MILLI) >= g.count
 
 
 def _smallest_set(
@@ -149,7 +178,7 @@ def _smallest_set(
     Exhaustive over small sets when the node has few candidates; otherwise greedy in ``cands``
     order, then pruned of victims that turn out not to be needed.
     """
-    if not _fits_without(snap, node, pod, (rj for rj, _ in cands)):
+    if not snap.static_ok(node, pod) or not _fits_without(snap, node, pod, (rj for rj, _ in cands)):
         return None
     if len(cands) <= EXHAUSTIVE_CANDIDATES:
         for k in range(1, min(EXHAUSTIVE_UP_TO, len(cands)) + 1):

@@ -33,6 +33,7 @@ class QuotaPolicy:
     def __init__(self, quotas: Iterable[Quota] = ()) -> None:
         self.quotas: dict[str, Quota] = {}
         self.cohorts: dict[str, list[str]] = defaultdict(list)
+        self._cohort_cache: dict[tuple[str, bool, str], tuple[int, int, int]] = {}
         for q in quotas:
             self.quotas[q.team] = q
             if q.cohort:
@@ -52,15 +53,26 @@ class QuotaPolicy:
         n = q.nominal_for(gpu_type)
         return 0 if n is None else n
 
+    def _cohort(self, name: str, single: bool, gpu_type: str, usage: UsageTracker) -> tuple[int, int]:
+        """(nominal, used) milli-GPU of ``gpu_type`` summed over a cohort (or one team), cached
+        until usage changes."""
+        key = (name, single, gpu_type)
+        hit = self._cohort_cache.get(key)
+        if hit is not None and hit[0] == usage.version:
+            return hit[1], hit[2]
+        members = [name] if single else self.cohorts[name]
+        nominal = sum(self.quotas[m].nominal_for(gpu_type) or 0 for m in members)
+        used = sum(usage.held(m, gpu_type) for m in members)
+        self._cohort_cache[key] = (usage.version, nominal, used)
+        return nominal, used
+
     def reclaim_need(self, team: str, gpu_type: str, demand_milli: int, usage: UsageTracker) -> int:
         """Milli-GPU of ``gpu_type`` the cohort's borrowers must give back for ``team`` to use
         ``demand_milli`` more within its nominal quota (0: nothing to reclaim)."""
         q = self.quotas.get(team)
         if q is None or not q.cohort:
             return 0
-        members = self.cohorts[q.cohort]
-        cohort_nominal = sum(self.quotas[m].nominal_for(gpu_type) or 0 for m in members)
-        cohort_used = sum(usage.held(m, gpu_type) for m in members)
+        cohort_nominal, cohort_used = self._cohort(q.cohort, False, gpu_type, usage)
         return max(0, cohort_used + demand_milli - cohort_nominal)
 
     def is_borrowing(self, team: str, gpu_type: str, usage: UsageTracker) -> bool:
@@ -80,9 +92,7 @@ class QuotaPolicy:
         for i, t in enumerate(gpu_types):
             nominal = q.nominal_for(t) or 0
             used = usage.held(team, t)
-            members = self.cohorts[q.cohort] if q.cohort else [team]
-            cohort_nominal = sum(self.quotas[m].nominal_for(t) or 0 for m in members)
-            cohort_used = sum(usage.held(m, t) for m in members)
+            cohort_nominal, cohort_used = self._cohort(q.cohort or team, q.cohort is None, t, usage)
             cohort_fits = cohort_used + demand_milli <= cohort_nominal
             if used + demand_milli <= nominal:
                 within[i] = True

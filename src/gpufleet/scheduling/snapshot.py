@@ -264,6 +264,10 @@ class ClusterSnapshot:
         self._static[key] = (self._version, ok)
         return ok
 
+    def static_ok(self, i: int, pod: PodRequest) -> bool:
+        """Could ``pod`` ever run on node ``i`` as it is (type, memory, sharing, spot, schedulable)?"""
+        return bool(self.schedulable[i] and self._static_mask(pod)[i])
+
     def _refresh(self, i: int) -> None:
         """Recompute node ``i``'s GPU aggregates from its row."""
         row = self.gpu_free[i, : int(self.gpu_count[i])].tolist()

@@ -33,6 +33,7 @@ class UsageTracker:
             raise ValueError("half_life_s must be positive")
         self.half_life_s = half_life_s
         self.teams: dict[str, TeamUsage] = defaultdict(TeamUsage)
+        self.version = 0  # bumped on every change of what teams hold (for callers' caches)
 
     def _decay_to(self, u: TeamUsage, now: float) -> None:
         if now > u.decayed_at:
@@ -47,6 +48,7 @@ class UsageTracker:
     def add(self, team: str, gpu_type: str, gpu_milli: int, cpu_milli: int, memory_mib: int, now: float) -> None:
         u = self.teams[team]
         self._decay_to(u, now)
+        self.version += 1
         if gpu_milli:
             u.gpu_milli[gpu_type] += gpu_milli
         u.cpu_milli += cpu_milli
@@ -55,6 +57,7 @@ class UsageTracker:
     def remove(self, team: str, gpu_type: str, gpu_milli: int, cpu_milli: int, memory_mib: int, now: float) -> None:
         u = self.teams[team]
         self._decay_to(u, now)
+        self.version += 1
         if gpu_milli:
             u.gpu_milli[gpu_type] -= gpu_milli
             if u.gpu_milli[gpu_type] < 0:

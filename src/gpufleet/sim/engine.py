@@ -13,6 +13,8 @@ to on-demand capacity after N spot interruptions. Every allocated second is a le
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +44,7 @@ class SimOptions:
     failure_prob: float = 0.0  # chance that a run fails at a uniformly random point
     max_retries: int = 2
     sample_interval_s: float = 300.0
+    cycle_interval_s: float = 10.0  # least time between two scheduling cycles (0: one per event time)
     autoscale_interval_s: float = 60.0
     horizon_s: float | None = None  # stop after this much simulated time
 
@@ -85,7 +88,8 @@ class Simulation:
         self.pending = {}
         self.runs = {}
         self.rng = np.random.default_rng(self.options.seed)
-        self._cycle_at: float | None = None
+        self._cycle_at: float | None = None  # when the next cycle is due (None: none asked for)
+        self._last_cycle = -math.inf
         self._submitted = 0
         self._run_seq = 0
         self._events_processed = 0
@@ -147,10 +151,13 @@ class Simulation:
         return self._submitted == len(self.trace.jobs) and not self.pending and not self.runs
 
     def _want_cycle(self) -> None:
-        now = self.clock.now()
-        if self._cycle_at != now:
-            self._cycle_at = now
-            self.events.push(now, Kind.CYCLE)
+        """Ask for a cycle: now, or ``cycle_interval_s`` after the last one (events in between
+        are handled together, as a scheduler running on a short timer would)."""
+        if self._cycle_at is not None:
+            return  # one is already due
+        t = max(self.clock.now(), self._last_cycle + self.options.cycle_interval_s)
+        self._cycle_at = t
+        self.events.push(t, Kind.CYCLE)
 
     # -- handlers --------------------------------------------------------------------------------------
     def _on_submit(self, tj: object) -> None:
@@ -176,6 +183,7 @@ class Simulation:
     def _on_cycle(self) -> None:
         now = self.clock.now()
         self._cycle_at = None
+        self._last_cycle = now
         state = ClusterState(
             snapshot=self.cluster.snapshot,
             pending=list(self.pending.values()),
