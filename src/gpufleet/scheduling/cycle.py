@@ -178,6 +178,10 @@ class Scheduler:
                 out.waiting[job.id] = Status(Code.UNSCHEDULABLE, "waiting for preempted jobs to stop")
                 continue
             pod, base_key = self._pod(snap, job)
+            if head_blocked and key_failed(base_key, failed_shapes):
+                # fast path: this shape failed with every type it may use; quotas only narrow that
+                out.waiting[job.id] = NO_ROOM
+                continue
             # 2. quotas
             verdict = None
             if self.quotas and job.spec.gpu.count:
@@ -185,13 +189,16 @@ class Scheduler:
                 type_ok = pod.type_ok & verdict.type_ok[: len(pod.type_ok)]
                 if not type_ok.any():
                     status = self._try_reclaim(snap, job, pod, verdict.within_nominal, running, gone, out, now)
-                    out.waiting[job.id] = status if not status.ok else Status(Code.UNSCHEDULABLE, verdict.reason)
+                    out.waiting[job.id] = Status(
+                        Code.UNSCHEDULABLE, "reclaiming quota lent to the cohort" if status.ok else verdict.reason
+                    )
                     continue
-                pod = dataclasses.replace(pod, type_ok=type_ok)
-                base_key = (*base_key, type_ok.tobytes())
-            if head_blocked and key_failed(base_key, failed_shapes):
-                out.waiting[job.id] = NO_ROOM  # fast path: nothing left to try for this shape
-                continue
+                if not np.array_equal(type_ok, pod.type_ok):
+                    pod = dataclasses.replace(pod, type_ok=type_ok)
+                    base_key = (*base_key, type_ok.tobytes())
+                    if head_blocked and key_failed(base_key, failed_shapes):
+                        out.waiting[job.id] = NO_ROOM
+                        continue
             if pending_reservation is not None:
                 # EASY: computed only once a later job might fit somewhere (it is costly)
                 hjob, hpod = pending_reservation
