@@ -9,13 +9,13 @@ STAMP := $(VENV)/.installed
 .PHONY: run test lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
-	$(PY) -m venv $(VENV)
+	$(PY) -m venv $(VENV) || { echo "python3 -m venv failed: on Debian, apt-get install python3-venv"; exit 1; }
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/gpufleet simulate --trace openb --report reports/openb-default.html
+	$(BIN)/gpufleet simulate --trace openb --elastic --report reports/openb-default.html
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

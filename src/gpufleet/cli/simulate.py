@@ -31,6 +31,9 @@ def simulate(
     spot_hazard: Annotated[float, typer.Option(help="spot interruptions per spot node-hour")] = 0.0,
     failure_prob: Annotated[float, typer.Option(help="chance a run fails")] = 0.0,
     preemptible: Annotated[float, typer.Option(help="philly: fraction of preemptible, checkpointing jobs")] = 0.0,
+    elastic: Annotated[
+        bool, typer.Option(help="the trace's nodes become autoscaled pools that start empty (implies --autoscale)")
+    ] = False,
     limit: Annotated[int | None, typer.Option(help="only the first N jobs", min=1)] = None,
     seed: Annotated[int, typer.Option()] = 0,
     report: Annotated[Path | None, typer.Option(help="write a self-contained HTML report here")] = None,
@@ -46,8 +49,8 @@ def simulate(
         overrides["queue_sort"] = queue
     if backfill:
         overrides["backfill"] = backfill
-    if autoscale is not None:
-        overrides["autoscaler"] = {**prof.autoscaler.model_dump(), "enabled": autoscale}
+    if autoscale is not None or elastic:
+        overrides["autoscaler"] = {**prof.autoscaler.model_dump(), "enabled": bool(autoscale or elastic)}
     if overrides:
         prof = load_profile({**prof.model_dump(), **overrides}, source="command line")
     tr = load_trace(trace, TraceOptions(limit=limit, preemptible_fraction=preemptible, seed=seed))
@@ -55,7 +58,7 @@ def simulate(
     opts = SimOptions(seed=seed, spot_hazard_per_node_hour=spot_hazard, failure_prob=failure_prob)
     if not as_json:
         console.print(f"simulating [bold]{tr.name}[/]: {len(tr.jobs):,} jobs …")
-    result = run_simulation(tr, prof, cluster=spec, options=opts)
+    result = run_simulation(tr, prof, cluster=spec, options=opts, elastic=elastic)
     summary = result.summary()
     if report:
         report.parent.mkdir(parents=True, exist_ok=True)

@@ -96,6 +96,27 @@ def default_cluster(trace: Trace) -> ClusterSpec:
     )
 
 
+def elastic_pools(nodes: list[Node], spot_share: float = 0.0) -> list[NodePool]:
+    """The trace's nodes as autoscaled pools that start empty: one pool per node shape, up to as
+    many nodes as the trace has of that shape (what an elastic cloud cluster of the same hardware
+    would look like). With ``spot_share`` > 0, a spot pool per shape takes that share of the nodes."""
+    shapes: dict[tuple[str, int, int, int], int] = {}
+    for n in nodes:
+        key = (n.gpu_model, n.gpu_count, n.cpu_milli, n.memory_mib)
+        shapes[key] = shapes.get(key, 0) + 1
+    pools = []
+    for i, ((model, gpus, cpu, mem), count) in enumerate(sorted(shapes.items())):
+        name = f"{(model or 'cpu').lower()}-{gpus}g-{i}"
+        spot = round(count * spot_share)
+        if count - spot:
+            pools.append(NodePool(name, model, gpus, cpu, mem, CapacityType.ON_DEMAND, max_nodes=count - spot,
+                                  provisioning_delay_s=120.0))
+        if spot:
+            pools.append(NodePool(name + "-spot", model, gpus, cpu, mem, CapacityType.SPOT, max_nodes=spot,
+                                  provisioning_delay_s=120.0))
+    return pools
+
+
 def workload_of(trace: Trace) -> list[WorkloadClass]:
     """The target workload (pod kinds and their shares) FGD and friends score against."""
     counts: dict[tuple[int, int, int, int, frozenset[str]], int] = {}
@@ -115,10 +136,13 @@ def run_simulation(
     options: SimOptions | None = None,
     catalog: PriceCatalog | None = None,
     name: str | None = None,
+    elastic: bool = False,
 ) -> SimResult:
     catalog = catalog or PriceCatalog.load()
     if cluster is not None:
         nodes, pools = cluster.build()
+    elif elastic and trace.nodes:
+        nodes, pools = [], elastic_pools(trace.nodes)
     elif trace.nodes or trace.pools:
         nodes, pools = list(trace.nodes), list(trace.pools)
     else:
