@@ -37,8 +37,14 @@ def main() -> None:
     t0 = time.perf_counter()
     trace = load_philly(
         args.trace,
-        PhillyOptions(preemptible_fraction=0.3, checkpoint_interval_s=1800.0, runtime_estimate="noisy",
-                      estimate_never_under=True, max_jobs=args.limit, seed=1),
+        PhillyOptions(
+            preemptible_fraction=0.3,
+            checkpoint_interval_s=1800.0,
+            runtime_estimate="noisy",
+            estimate_never_under=True,
+            max_jobs=args.limit,
+            seed=1,
+        ),
     )
     load_s = time.perf_counter() - t0
     cluster = default_cluster(trace)
@@ -53,17 +59,23 @@ def main() -> None:
         team: {"quota": {"*": max(1, round(max_gpus * d / total))}, "cohort": "philly", "weight": 1.0}
         for team, d in demand.items()
     }
-    profile = load_profile({
-        "queue_sort": "drf",
-        "placement": "bestfit",
-        "backfill": "easy",
-        "preemption": True,
-        "autoscaler": {"enabled": True},
-        "teams": teams,
-    })
+    profile = load_profile(
+        {
+            "queue_sort": "drf",
+            "placement": "bestfit",
+            "backfill": "easy",
+            "preemption": True,
+            "autoscaler": {"enabled": True},
+            "teams": teams,
+        }
+    )
     t1 = time.perf_counter()
-    result = run_simulation(trace, profile, cluster=cluster,
-                            options=SimOptions(seed=1, spot_hazard_per_node_hour=0.01, cycle_interval_s=10.0))
+    result = run_simulation(
+        trace,
+        profile,
+        cluster=cluster,
+        options=SimOptions(seed=1, spot_hazard_per_node_hour=0.01, cycle_interval_s=10.0),
+    )
     sim_s = time.perf_counter() - t1
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     s = result.summary()

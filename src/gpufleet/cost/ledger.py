@@ -195,8 +195,9 @@ class NodeInterval:
     end: float
 
     def __post_init__(self) -> None:
-        _check_node(self.node, self.gpu_model, self.gpu_count, self.cpu_milli, self.memory_mib,
-                    self.hourly_usd, self.start)
+        _check_node(
+            self.node, self.gpu_model, self.gpu_count, self.cpu_milli, self.memory_mib, self.hourly_usd, self.start
+        )
         _check_times(self.start, self.end, f"node {self.node}")
 
 
@@ -234,9 +235,7 @@ class UsageSegment:
             raise LedgerError(f"gpu_share must be >= 0, got {share}", field="gpu_share")
         _check_times(self.start, self.end, f"job {self.job_id}")
         if self.cpu_milli < 0 or self.memory_mib < 0:
-            raise LedgerError(
-                f"job {self.job_id}: cpu_milli and memory_mib must be >= 0", field="cpu_milli"
-            )
+            raise LedgerError(f"job {self.job_id}: cpu_milli and memory_mib must be >= 0", field="cpu_milli")
 
     def __hash__(self) -> int:  # labels are a read-only mapping; hash on the rest
         return hash((self.job_id, self.node, self.start, self.end, self.gpu_share))
@@ -297,8 +296,16 @@ class _Interval:
         stop = self.end if end is None else end
         assert stop is not None
         return NodeInterval(
-            self.node, self.pool, self.gpu_model, self.gpu_count, self.cpu_milli, self.memory_mib,
-            self.capacity_type, self.hourly_usd, self.start, stop,
+            self.node,
+            self.pool,
+            self.gpu_model,
+            self.gpu_count,
+            self.cpu_milli,
+            self.memory_mib,
+            self.capacity_type,
+            self.hourly_usd,
+            self.start,
+            stop,
         )
 
 
@@ -323,8 +330,16 @@ class Ledger:
     def add_node(self, interval: NodeInterval) -> None:
         """Record a node's closed lifetime (intervals of one node may not overlap)."""
         self._add_interval(
-            interval.node, interval.pool, interval.gpu_model, interval.gpu_count, interval.cpu_milli,
-            interval.memory_mib, interval.capacity_type, interval.hourly_usd, interval.start, interval.end,
+            interval.node,
+            interval.pool,
+            interval.gpu_model,
+            interval.gpu_count,
+            interval.cpu_milli,
+            interval.memory_mib,
+            interval.capacity_type,
+            interval.hourly_usd,
+            interval.start,
+            interval.end,
         )
 
     def open_node(self, node: Node, *, hourly_usd: float, start: float) -> None:
@@ -333,8 +348,16 @@ class Ledger:
         if node.name in self._open_node:
             raise LedgerError(f"node {node.name} is already open", field="node")
         idx = self._add_interval(
-            node.name, node.pool, node.gpu_model, node.gpu_count, node.cpu_milli, node.memory_mib,
-            node.capacity_type, hourly_usd, start, None,
+            node.name,
+            node.pool,
+            node.gpu_model,
+            node.gpu_count,
+            node.cpu_milli,
+            node.memory_mib,
+            node.capacity_type,
+            hourly_usd,
+            start,
+            None,
         )
         self._open_node[node.name] = idx
 
@@ -423,8 +446,17 @@ class Ledger:
         handle = SegmentHandle(self._next_handle)
         self._next_handle += 1
         self._open[handle.id] = _Open(
-            job_id, team, project, namespace, experiment, dict(labels or {}), idx, units,
-            cpu_milli, memory_mib, start,
+            job_id,
+            team,
+            project,
+            namespace,
+            experiment,
+            dict(labels or {}),
+            idx,
+            units,
+            cpu_milli,
+            memory_mib,
+            start,
         )
         return handle
 
@@ -439,9 +471,17 @@ class Ledger:
         else:
             share = gpu_share(spec.gpu, model)
         return self.open(
-            job_id=job.id, node=placement.node, start=start, gpu_share=share, cpu_milli=spec.cpu_milli,
-            memory_mib=spec.memory_mib, team=spec.team, project=spec.project, namespace=spec.namespace,
-            experiment=spec.experiment, labels=spec.labels,
+            job_id=job.id,
+            node=placement.node,
+            start=start,
+            gpu_share=share,
+            cpu_milli=spec.cpu_milli,
+            memory_mib=spec.memory_mib,
+            team=spec.team,
+            project=spec.project,
+            namespace=spec.namespace,
+            experiment=spec.experiment,
+            labels=spec.labels,
         )
 
     def close(self, handle: SegmentHandle, end: float) -> UsageSegment:
@@ -481,8 +521,17 @@ class Ledger:
     # -- internals --------------------------------------------------------------------------------
 
     def _add_interval(
-        self, node: str, pool: str, model: str, gpus: int, cpu: int, mem: int,
-        capacity_type: CapacityType, hourly_usd: float, start: float, end: float | None,
+        self,
+        node: str,
+        pool: str,
+        model: str,
+        gpus: int,
+        cpu: int,
+        mem: int,
+        capacity_type: CapacityType,
+        hourly_usd: float,
+        start: float,
+        end: float | None,
     ) -> int:
         _check_node(node, model, gpus, cpu, mem, hourly_usd, start)
         if end is not None:
@@ -497,8 +546,21 @@ class Ledger:
                 )
         idx = len(self._intervals)
         self._intervals.append(
-            _Interval(node, pool, model, gpus, cpu, mem, CapacityType(capacity_type), hourly_usd, start,
-                      end, _us(start), None if end is None else _us(end), -math.inf)
+            _Interval(
+                node,
+                pool,
+                model,
+                gpus,
+                cpu,
+                mem,
+                CapacityType(capacity_type),
+                hourly_usd,
+                start,
+                end,
+                _us(start),
+                None if end is None else _us(end),
+                -math.inf,
+            )
         )
         self._by_node.setdefault(node, []).append(idx)
         return idx
@@ -520,8 +582,7 @@ class Ledger:
     def _check_fits(iv: _Interval, job_id: str, units: int, cpu: int, mem: int) -> None:
         if units > iv.gpu_count * SHARE_UNITS:
             raise LedgerError(
-                f"job {job_id}: gpu_share {Fraction(units, SHARE_UNITS)} exceeds node {iv.node}'s "
-                f"{iv.gpu_count} GPUs",
+                f"job {job_id}: gpu_share {Fraction(units, SHARE_UNITS)} exceeds node {iv.node}'s {iv.gpu_count} GPUs",
                 field="gpu_share",
             )
         if cpu > iv.cpu_milli:
@@ -537,9 +598,22 @@ class Ledger:
     def _materialize(self, op: _Open, end: float) -> UsageSegment:
         iv = self._intervals[op.interval]
         return UsageSegment(
-            op.job_id, op.team, op.project, op.namespace, op.experiment, op.labels, iv.node, iv.pool,
-            iv.gpu_model, iv.capacity_type, Fraction(op.share_units, SHARE_UNITS), op.cpu_milli,
-            op.memory_mib, iv.hourly_usd, op.start, end,
+            op.job_id,
+            op.team,
+            op.project,
+            op.namespace,
+            op.experiment,
+            op.labels,
+            iv.node,
+            iv.pool,
+            iv.gpu_model,
+            iv.capacity_type,
+            Fraction(op.share_units, SHARE_UNITS),
+            op.cpu_milli,
+            op.memory_mib,
+            iv.hourly_usd,
+            op.start,
+            end,
         )
 
     def _store(self, seg: UsageSegment, idx: int, units: int) -> None:
@@ -632,10 +706,16 @@ def allocate(
         sid = split_of.get(skey)
         if sid is None:
             sid = split_of[skey] = len(splits)
-            splits.append(split_node_price(
-                price, gpu_count=iv.gpu_count, cpu_milli=iv.cpu_milli, memory_mib=iv.memory_mib,
-                capacity_type=iv.capacity_type, unit_prices=unit_prices,
-            ))
+            splits.append(
+                split_node_price(
+                    price,
+                    gpu_count=iv.gpu_count,
+                    cpu_milli=iv.cpu_milli,
+                    memory_mib=iv.memory_mib,
+                    capacity_type=iv.capacity_type,
+                    unit_prices=unit_prices,
+                )
+            )
         interval_split.append(sid)
         end_us = oe if iv.end_us is None else iv.end_us
         dur = min(end_us, we) - max(iv.start_us, ws)
@@ -659,8 +739,9 @@ def allocate(
         if dur <= 0:
             continue
         seg = segs[i]
-        _accumulate(held, (tuple(f(seg) for f in keyfns), interval_split[ivs[i]]),
-                    units[i], seg.cpu_milli, seg.memory_mib, dur)
+        _accumulate(
+            held, (tuple(f(seg) for f in keyfns), interval_split[ivs[i]]), units[i], seg.cpu_milli, seg.memory_mib, dur
+        )
     for op in ledger._open.values():
         iv_end = ledger._intervals[op.interval].end_us  # a node closed under a running job cuts it
         s, e = _us(op.start), oe if iv_end is None else min(oe, iv_end)
@@ -668,8 +749,14 @@ def allocate(
         if dur <= 0:
             continue
         seg = ledger._materialize(op, open_end)
-        _accumulate(held, (tuple(f(seg) for f in keyfns), interval_split[op.interval]),
-                    op.share_units, op.cpu_milli, op.memory_mib, dur)
+        _accumulate(
+            held,
+            (tuple(f(seg) for f in keyfns), interval_split[op.interval]),
+            op.share_units,
+            op.cpu_milli,
+            op.memory_mib,
+            dur,
+        )
 
     # 3. Exact costs per group and idle per component, as integer numerators over one common
     #    denominator (exact, and fast for many groups: no Fraction per row).
@@ -744,10 +831,17 @@ def allocate(
         is_idle = i == len(keys)
         key = (IDLE_KEY,) * len(keyfns) if is_idle else keys[i]
         held_units = idle_units if is_idle else gpu_us.get(keys[i], 0)
-        rows.append(CostLine(key, _usd(comps[0]), _usd(comps[1]), _usd(comps[2]), _usd(cents),
-                             held_units / (SHARE_UNITS * US_PER_S)))
+        rows.append(
+            CostLine(
+                key, _usd(comps[0]), _usd(comps[1]), _usd(comps[2]), _usd(cents), held_units / (SHARE_UNITS * US_PER_S)
+            )
+        )
     totals = CostLine(
-        ("__total__",) * len(keyfns), _usd(col[0]), _usd(col[1]), _usd(col[2]), _usd(sum(totals_cents)),
+        ("__total__",) * len(keyfns),
+        _usd(col[0]),
+        _usd(col[1]),
+        _usd(col[2]),
+        _usd(sum(totals_cents)),
         (sum(gpu_us.values()) + idle_units) / (SHARE_UNITS * US_PER_S),
     )
     return Allocation(
@@ -774,13 +868,11 @@ def _accumulate(
 
 def _key_functions(aggregate: Sequence[str]) -> list[_KeyFn]:
     if isinstance(aggregate, str) or not aggregate:
-        raise InputError(
-            f"aggregate must be a non-empty tuple of names, got {aggregate!r}", field="aggregate"
-        )
+        raise InputError(f"aggregate must be a non-empty tuple of names, got {aggregate!r}", field="aggregate")
     fns: list[_KeyFn] = []
     for name in aggregate:
         if name.startswith("label:") and len(name) > len("label:"):
-            fns.append(_LabelKey(name[len("label:"):]))
+            fns.append(_LabelKey(name[len("label:") :]))
         elif name in AGGREGATE_FIELDS:
             fns.append(_FieldKey(name))
         else:
@@ -894,9 +986,7 @@ def _check_times(start: float, end: float, what: str) -> None:
         raise LedgerError(f"{what}: end {end} is before start {start}", field="end")
 
 
-def _check_node(
-    node: str, model: str, gpus: int, cpu: int, mem: int, hourly_usd: float, start: float
-) -> None:
+def _check_node(node: str, model: str, gpus: int, cpu: int, mem: int, hourly_usd: float, start: float) -> None:
     if not node:
         raise LedgerError("a node needs a name", field="node")
     if gpus < 0 or cpu < 0 or mem < 0:
@@ -906,7 +996,6 @@ def _check_node(
     if gpus == 0 and cpu == 0 and mem == 0:
         raise LedgerError(f"node {node}: no GPUs, CPU or memory to price", field="gpu_count")
     if not math.isfinite(hourly_usd) or hourly_usd < 0:
-        raise LedgerError(f"node {node}: hourly_usd must be a finite number >= 0, got {hourly_usd}",
-                          field="hourly_usd")
+        raise LedgerError(f"node {node}: hourly_usd must be a finite number >= 0, got {hourly_usd}", field="hourly_usd")
     if not math.isfinite(start):
         raise LedgerError(f"node {node}: start must be finite", field="start")

@@ -18,8 +18,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from gpufleet.model.job import Job
 from gpufleet.model.gpu import MILLI
+from gpufleet.model.job import Job
 from gpufleet.model.node import SharingMode
 from gpufleet.scheduling.snapshot import SHARING_CODE, Assignment, ClusterSnapshot, PodRequest
 

@@ -14,7 +14,6 @@ to on-demand capacity after N spot interruptions. Every allocated second is a le
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 

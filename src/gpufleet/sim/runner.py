@@ -43,8 +43,9 @@ def load_trace(ref: str, opts: TraceOptions | None = None) -> Trace:
         seed = int(arg) if arg else opts.seed
         trace = generate_synthetic(SyntheticOptions(num_jobs=opts.limit or 1000, seed=seed))
     elif kind == "philly":
-        trace = load_philly(arg, PhillyOptions(preemptible_fraction=opts.preemptible_fraction, seed=opts.seed,
-                                              max_jobs=opts.limit))
+        trace = load_philly(
+            arg, PhillyOptions(preemptible_fraction=opts.preemptible_fraction, seed=opts.seed, max_jobs=opts.limit)
+        )
     else:
         path = Path(ref)
         if path.suffix == ".jsonl":
@@ -52,8 +53,10 @@ def load_trace(ref: str, opts: TraceOptions | None = None) -> Trace:
         elif path.suffix == ".csv":
             head = _first_line(path)
             if head.startswith("timestamp,duration,num_gpus"):
-                trace = load_philly(path, PhillyOptions(preemptible_fraction=opts.preemptible_fraction,
-                                                       seed=opts.seed, max_jobs=opts.limit))
+                trace = load_philly(
+                    path,
+                    PhillyOptions(preemptible_fraction=opts.preemptible_fraction, seed=opts.seed, max_jobs=opts.limit),
+                )
             elif head.startswith("name,cpu_milli"):
                 trace = load_openb_trace(str(path))
             else:
@@ -85,13 +88,30 @@ def default_cluster(trace: Trace) -> ClusterSpec:
     static = max(1, math.ceil(avg_gpus * 0.7 / 8))
     burst = max(2, math.ceil(avg_gpus * 1.5 / 8))
     return ClusterSpec(
-        nodes=[NodeGroup(name="od-v100", count=static, pool="od-v100", gpu_model="V100-16GB", gpus=8,
-                         cpu=64, memory_gib=512)],
+        nodes=[
+            NodeGroup(
+                name="od-v100", count=static, pool="od-v100", gpu_model="V100-16GB", gpus=8, cpu=64, memory_gib=512
+            )
+        ],
         pools=[
-            PoolSpec(name="spot-v100", gpu_model="V100-16GB", gpus=8, cpu=64, memory_gib=512,
-                     capacity_type=CapacityType.SPOT, max_nodes=burst),
-            PoolSpec(name="burst-v100", gpu_model="V100-16GB", gpus=8, cpu=64, memory_gib=512,
-                     capacity_type=CapacityType.ON_DEMAND, max_nodes=burst),
+            PoolSpec(
+                name="spot-v100",
+                gpu_model="V100-16GB",
+                gpus=8,
+                cpu=64,
+                memory_gib=512,
+                capacity_type=CapacityType.SPOT,
+                max_nodes=burst,
+            ),
+            PoolSpec(
+                name="burst-v100",
+                gpu_model="V100-16GB",
+                gpus=8,
+                cpu=64,
+                memory_gib=512,
+                capacity_type=CapacityType.ON_DEMAND,
+                max_nodes=burst,
+            ),
         ],
     )
 
@@ -109,11 +129,24 @@ def elastic_pools(nodes: list[Node], spot_share: float = 0.0) -> list[NodePool]:
         name = f"{(model or 'cpu').lower()}-{gpus}g-{i}"
         spot = round(count * spot_share)
         if count - spot:
-            pools.append(NodePool(name, model, gpus, cpu, mem, CapacityType.ON_DEMAND, max_nodes=count - spot,
-                                  provisioning_delay_s=120.0))
+            pools.append(
+                NodePool(
+                    name,
+                    model,
+                    gpus,
+                    cpu,
+                    mem,
+                    CapacityType.ON_DEMAND,
+                    max_nodes=count - spot,
+                    provisioning_delay_s=120.0,
+                )
+            )
         if spot:
-            pools.append(NodePool(name + "-spot", model, gpus, cpu, mem, CapacityType.SPOT, max_nodes=spot,
-                                  provisioning_delay_s=120.0))
+            pools.append(
+                NodePool(
+                    name + "-spot", model, gpus, cpu, mem, CapacityType.SPOT, max_nodes=spot, provisioning_delay_s=120.0
+                )
+            )
     return pools
 
 
@@ -155,17 +188,26 @@ def run_simulation(
     def pricer(node: Node) -> float:
         return catalog.node_hour_usd(node)
 
-    sim = Simulation(trace, scheduler, pricer, nodes=nodes, pools=[p for p in pools if _usable(p)],
-                     options=options or SimOptions(), name=name or trace.name)
+    sim = Simulation(
+        trace,
+        scheduler,
+        pricer,
+        nodes=nodes,
+        pools=[p for p in pools if _usable(p)],
+        options=options or SimOptions(),
+        name=name or trace.name,
+    )
     result = sim.run()
-    result.config.update({
-        "trace": trace.name,
-        "jobs": len(trace.jobs),
-        "profile": profile.model_dump(mode="json"),
-        "static_nodes": len(nodes),
-        "pools": [p.name for p in pools],
-        "price_catalog": catalog.provenance.path if hasattr(catalog, "provenance") else "",
-    })
+    result.config.update(
+        {
+            "trace": trace.name,
+            "jobs": len(trace.jobs),
+            "profile": profile.model_dump(mode="json"),
+            "static_nodes": len(nodes),
+            "pools": [p.name for p in pools],
+            "price_catalog": catalog.provenance.path if hasattr(catalog, "provenance") else "",
+        }
+    )
     return result
 
 

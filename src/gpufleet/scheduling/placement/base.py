@@ -20,7 +20,6 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from gpufleet.model.gpu import MILLI
 from gpufleet.scheduling.framework import ScorePlugin
 from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot, FloatArray, IntArray, PodRequest
 

@@ -1,0 +1,88 @@
+"""The CLI through Typer's runner: output, JSON, reports, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpufleet.cli.main import app
+
+runner = CliRunner()
+
+
+def test_simulate_synthetic_json_and_report(tmp_path: Path) -> None:
+    report = tmp_path / "r.html"
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            "synthetic:3",
+            "--limit",
+            "60",
+            "--json",
+            "--report",
+            str(report),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["jobs"] == 60
+    assert report.read_text().startswith("<!DOCTYPE html>") or "<svg" in report.read_text()
+    assert (tmp_path / "out" / "jobs.csv").exists()
+
+
+def test_simulate_table_output() -> None:
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            "synthetic",
+            "--limit",
+            "30",
+            "--queue",
+            "priority",
+            "--placement",
+            "fgd,cost",
+            "--backfill",
+            "strict",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "wait_mean_s" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "args", "expected"),
+    [
+        ("unknown queue sort", "queue_sort: nope\n", ["--profile", "{f}"], "field 'queue_sort'"),
+        ("bad YAML", "queue_sort: [\n", ["--profile", "{f}"], "not valid YAML"),
+        ("bad quota type", "teams: {a: {quota: {B999: 1}}}\n", ["--profile", "{f}"], "teams.a.quota"),
+        ("bad trace row", '{"kind": "job", "submit": "soon"}\n', ["--trace", "{f}"], ":1"),
+        ("unknown trace", None, ["--trace", "nothing"], "unknown trace"),
+        ("unknown placement", None, ["--placement", "magic"], "unknown placement policy 'magic'"),
+        ("bad cluster", "nodes: [{count: 1, gpus: 8, cpu: 8, memory_gib: 8}]\n", ["--cluster", "{f}"], "gpu_model"),
+    ],
+)
+def test_bad_input_is_one_clear_line(
+    tmp_path: Path, name: str, content: str | None, args: list[str], expected: str
+) -> None:
+    f = tmp_path / ("in.jsonl" if "trace" in args[0] else "in.yaml")
+    if content is not None:
+        f.write_text(content)
+    res = runner.invoke(app, ["simulate", *[a.format(f=f) for a in args], "--limit", "5"])
+    assert res.exit_code == 2, (name, res.output)
+    assert expected in res.output.replace("\n", ""), res.output
+    assert "Traceback" not in res.output
+
+
+def test_prices_lists_the_catalog() -> None:
+    res = runner.invoke(app, ["prices", "--gpu", "H100-80GB"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "H100-80GB" in res.stdout and "sha256" in res.stdout
