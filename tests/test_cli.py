@@ -85,4 +85,5 @@ def test_bad_input_is_one_clear_line(
 def test_prices_lists_the_catalog() -> None:
     res = runner.invoke(app, ["prices", "--gpu", "H100-80GB"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "H100-80GB" in res.stdout and "sha256" in res.stdout
+    assert "H100" in res.stdout and "sha256" in res.stdout
+    assert "T4" not in res.stdout

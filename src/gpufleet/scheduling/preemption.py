@@ -158,8 +158,8 @@ def _fits_without(snap: ClusterSnapshot, node: int, pod: PodRequest, victims: It
             if a.node == node:
                 cpu += a.cpu_milli
                 mem += a.memory_mib
-                for g in a.gpus:
-                    row[g] += a.milli
+                for gi in a.gpus:
+                    row[gi] += a.milli
     if cpu < pod.cpu_milli or mem < pod.memory_mib:
         return False
     g = pod.gpu
