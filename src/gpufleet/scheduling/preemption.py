@@ -150,7 +150,7 @@ def _fits_without(snap: ClusterSnapshot, node: int, pod: PodRequest, victims: It
         finally:
             for r in reversed(restores):
                 r()
-    row = snap.gpu_free[node, : int(snap.gpu_count[node])].tolist()
+    row: list[int] = snap.gpu_free[node, : int(snap.gpu_count[node])].tolist()
     cpu = int(snap.cpu_free[node])
     mem = int(snap.mem_free[node])
     for rj in victims:
