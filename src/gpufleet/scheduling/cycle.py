@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job
 from gpufleet.scheduling.autoscaler import Autoscaler, AutoscalerConfig, PoolState, ScaleDown, ScaleUp
 from gpufleet.scheduling.framework import SUCCESS, Code, QueueSort, ScorePlugin, SortContext, Status
@@ -422,14 +423,67 @@ class Scheduler:
         self, snap: ClusterSnapshot, job: Job, pod: PodRequest, running: Iterable[RunningJob], now: float
     ) -> tuple[float, set[int]]:
         """EASY backfill: the earliest time the blocked job fits as running jobs end (by estimate),
-        and the nodes it would use then. Unknown end times count as never."""
+        and the nodes it would use then. Unknown end times count as never.
+
+        Counts, per node, how many of the job's (identical) pods would fit as jobs end — arithmetic
+        on copies of the nodes' rows, no change to the snapshot; MIG pods use a what-if instead.
+        """
         ends = sorted(running, key=_by_est_end)
+        if pod.gpu.is_mig:
+            return self._reservation_whatif(snap, job, pod, ends)
+        need = job.spec.gang_size
+        static = snap._static_mask(pod) & snap.schedulable[: snap.n]
+        rows: dict[int, tuple[list[int], int, int]] = {}
+        fit: dict[int, int] = {}
+        total = 0  # pods that fit now (the job is blocked, so total < need)
+        candidates: list[int] = np.flatnonzero(static).tolist()
+        for i in candidates:
+            k = _pods_fitting(
+                snap.gpu_free[i, : int(snap.gpu_count[i])].tolist(), int(snap.cpu_free[i]), int(snap.mem_free[i]), pod
+            )
+            if k:
+                fit[i] = k
+                total += k
+        for rj in ends:
+            if math.isinf(rj.est_end):
+                break
+            for a in rj.assignments:
+                i = int(a.node)
+                if not static[i]:
+                    continue
+                if i not in rows:
+                    rows[i] = (
+                        snap.gpu_free[i, : int(snap.gpu_count[i])].tolist(),
+                        int(snap.cpu_free[i]),
+                        int(snap.mem_free[i]),
+                    )
+                row, cpu, mem = rows[i]
+                for gi in a.gpus:
+                    row[gi] += a.milli
+                rows[i] = (row, cpu + a.cpu_milli, mem + a.memory_mib)
+                k = _pods_fitting(*rows[i], pod)
+                total += k - fit.get(i, 0)
+                fit[i] = k
+            if total >= need:
+                nodes: set[int] = set()
+                got = 0
+                for i, k in sorted(fit.items(), key=lambda x: (-x[1], x[0])):
+                    if got >= need:
+                        break
+                    if k:
+                        nodes.add(i)
+                        got += k
+                return rj.est_end, nodes
+        return math.inf, set()
+
+    def _reservation_whatif(
+        self, snap: ClusterSnapshot, job: Job, pod: PodRequest, ends: Sequence[RunningJob]
+    ) -> tuple[float, set[int]]:
         restores = []
         shadow, nodes = math.inf, set()
         try:
             for rj in ends:
-                t_end = rj.est_end
-                if math.isinf(t_end):
+                if math.isinf(rj.est_end):
                     break
                 restores.append(snap.remove(rj.assignments))
                 if not any(snap.fits(a.node, pod) for a in rj.assignments):
@@ -438,9 +492,26 @@ class Scheduler:
                 if got is not None:
                     for a in reversed(got):
                         snap.release(a)
-                    shadow, nodes = t_end, {a.node for a in got}
+                    shadow, nodes = rj.est_end, {a.node for a in got}
                     break
         finally:
             for r in reversed(restores):
                 r()
         return shadow, nodes
+
+
+def _pods_fitting(row: list[int], cpu: int, mem: int, pod: PodRequest) -> int:
+    """How many copies of ``pod`` (not MIG) fit on a node with these free GPUs, CPU and memory."""
+    g = pod.gpu
+    k = 1 << 30
+    if pod.cpu_milli:
+        k = min(k, cpu // pod.cpu_milli)
+    elif cpu < 0:
+        return 0
+    if pod.memory_mib:
+        k = min(k, mem // pod.memory_mib)
+    if g.count == 0:
+        return k if k < (1 << 30) else 64
+    if g.is_fractional:
+        return min(k, sum(f // g.milli for f in row))
+    return min(k, row.count(MILLI) // g.count)
