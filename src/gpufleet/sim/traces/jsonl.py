@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -73,33 +74,13 @@ class NodeLine(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
     def to_node(self) -> Node:
-        return Node(
-            name=self.name,
-            gpu_model=_canon(self.gpu_model) if self.gpu_model else "",
-            gpu_count=self.gpu_count,
-            cpu_milli=self.cpu_milli,
-            memory_mib=self.memory_mib,
-            pool=self.pool,
-            capacity_type=self.capacity_type,
-            hourly_price_usd=self.hourly_price_usd,
-            sharing=self.sharing,
-            labels=dict(self.labels),
-        )
+        fields = self.model_dump()
+        fields["gpu_model"] = _canon(self.gpu_model) if self.gpu_model else ""
+        return Node(**fields)
 
     @classmethod
     def from_node(cls, node: Node) -> NodeLine:
-        return cls(
-            name=node.name,
-            gpu_model=node.gpu_model,
-            gpu_count=node.gpu_count,
-            cpu_milli=node.cpu_milli,
-            memory_mib=node.memory_mib,
-            pool=node.pool,
-            capacity_type=CapacityType(node.capacity_type),
-            hourly_price_usd=node.hourly_price_usd,
-            sharing=SharingMode(node.sharing),
-            labels=dict(node.labels),
-        )
+        return cls.model_validate(asdict(node))
 
 
 class PoolLine(BaseModel):
@@ -122,39 +103,13 @@ class PoolLine(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
     def to_pool(self) -> NodePool:
-        return NodePool(
-            name=self.name,
-            gpu_model=_canon(self.gpu_model),
-            gpus_per_node=self.gpus_per_node,
-            cpu_milli=self.cpu_milli,
-            memory_mib=self.memory_mib,
-            capacity_type=self.capacity_type,
-            hourly_price_usd=self.hourly_price_usd,
-            min_nodes=self.min_nodes,
-            max_nodes=self.max_nodes,
-            initial_nodes=self.initial_nodes,
-            provisioning_delay_s=self.provisioning_delay_s,
-            sharing=self.sharing,
-            labels=dict(self.labels),
-        )
+        fields = self.model_dump()
+        fields["gpu_model"] = _canon(self.gpu_model)
+        return NodePool(**fields)
 
     @classmethod
     def from_pool(cls, pool: NodePool) -> PoolLine:
-        return cls(
-            name=pool.name,
-            gpu_model=pool.gpu_model,
-            gpus_per_node=pool.gpus_per_node,
-            cpu_milli=pool.cpu_milli,
-            memory_mib=pool.memory_mib,
-            capacity_type=CapacityType(pool.capacity_type),
-            hourly_price_usd=pool.hourly_price_usd,
-            min_nodes=pool.min_nodes,
-            max_nodes=pool.max_nodes,
-            initial_nodes=pool.initial_nodes,
-            provisioning_delay_s=pool.provisioning_delay_s,
-            sharing=SharingMode(pool.sharing),
-            labels=dict(pool.labels),
-        )
+        return cls.model_validate(asdict(pool))
 
 
 class ClusterLine(BaseModel):
