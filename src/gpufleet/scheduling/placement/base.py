@@ -16,6 +16,7 @@ keep per-node state (:class:`AllocationObserver`, e.g. GpuClustering's affinity 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -120,10 +121,11 @@ def fully_free_gpus(snap: ClusterSnapshot, nodes: IntArray) -> IntArray:
     return result
 
 
-def random_gpu_assignment(
-    snap: ClusterSnapshot, pod: PodRequest, node: int, rng: np.random.Generator
+def fractional_choice(
+    snap: ClusterSnapshot, pod: PodRequest, node: int, pick: Callable[[IntArray, IntArray], int]
 ) -> Assignment | None:
-    """A uniformly random fitting GPU for a fractional pod (whole GPUs: lowest free indices)."""
+    """For a fractional pod: the GPU ``pick(fitting_gpus, their_free_milli)`` chooses among the
+    node's GPUs with room; None for other pods (the snapshot's default applies) or no room."""
     g = pod.gpu
     if not g.is_fractional:
         return None
@@ -131,5 +133,12 @@ def random_gpu_assignment(
     fits = np.flatnonzero(free >= g.milli)
     if len(fits) == 0:
         return None
-    gpu = int(fits[int(rng.integers(len(fits)))])
+    gpu = int(fits[pick(fits, free[fits])])
     return Assignment(node, (gpu,), g.milli, pod.cpu_milli, pod.memory_mib)
+
+
+def random_gpu_assignment(
+    snap: ClusterSnapshot, pod: PodRequest, node: int, rng: np.random.Generator
+) -> Assignment | None:
+    """A uniformly random fitting GPU for a fractional pod (whole GPUs: lowest free indices)."""
+    return fractional_choice(snap, pod, node, lambda fits, _: int(rng.integers(len(fits))))

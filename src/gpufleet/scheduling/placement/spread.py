@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpufleet.scheduling.framework import PLACEMENT, PolicyContext
-from gpufleet.scheduling.placement.base import MAX_SPEC_CPU_MILLI, MAX_SPEC_GPU_MILLI, free_gpu_milli
+from gpufleet.scheduling.placement.base import MAX_SPEC_CPU_MILLI, MAX_SPEC_GPU_MILLI, fractional_choice, free_gpu_milli
 from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot, FloatArray, IntArray, PodRequest
 
 
@@ -20,15 +20,7 @@ class Spread:
         return result
 
     def select(self, snap: ClusterSnapshot, pod: PodRequest, node: int) -> Assignment | None:
-        g = pod.gpu
-        if not g.is_fractional:
-            return None
-        free = snap.gpu_free[node, : int(snap.gpu_count[node])]
-        fits = np.flatnonzero(free >= g.milli)
-        if len(fits) == 0:
-            return None
-        gpu = int(fits[np.argmax(free[fits])])
-        return Assignment(node, (gpu,), g.milli, pod.cpu_milli, pod.memory_mib)
+        return fractional_choice(snap, pod, node, lambda _, free: int(np.argmax(free)))  # the emptiest GPU
 
 
 @PLACEMENT.register("spread")
