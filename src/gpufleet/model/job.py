@@ -172,15 +172,13 @@ class Job:
     lost_work_s: float = 0.0  # work thrown away by preemptions
     on_demand_only: bool = False  # set after too many spot restarts
     priority: int = field(init=False)  # base priority value of the spec's class (fixed)
+    team: str = field(init=False)  # the spec's team (hot in ordering and quotas)
 
     def __post_init__(self) -> None:
         self.priority = self.spec.priority
+        self.team = self.spec.team
         if not self.events:
             self.events.append(JobEvent(self.submit_time, None, JobState.PENDING, "submitted"))
-
-    @property
-    def team(self) -> str:
-        return self.spec.team
 
     def transition(self, new: JobState, now: float, reason: str) -> None:
         if new not in TRANSITIONS[self.state]:

@@ -312,21 +312,26 @@ class Scheduler:
         return tuple(taken)
 
     def _victim_filter(self, job: Job, snap: ClusterSnapshot, within_nominal: np.ndarray | None) -> VictimFilter:
+        """Who ``job`` may preempt: lower base priority and preemptible; or, when it would stay
+        within its nominal quota of a GPU type, jobs of cohort members borrowing that type."""
+        by_priority = f"preempted by higher-priority job {job.id} ({job.spec.priority_class})"
+        by_reclaim = f"quota reclaimed by team {job.team} (job {job.id})"
+        borrowers: dict[str, set[str]] = {}  # GPU type → cohort members borrowing it
+        q = self.quotas.quotas.get(job.team)
+        if within_nominal is not None and q is not None and q.cohort is not None:
+            members = [m for m in self.quotas.cohorts[q.cohort] if m != job.team]
+            for i, t in enumerate(snap.gpu_types):
+                if i < len(within_nominal) and within_nominal[i]:
+                    borrowers[t] = {m for m in members if self.quotas.is_borrowing(m, t, self.usage)}
+        priority = job.priority
+
         def may(rj: RunningJob) -> str | None:
             v = rj.job
-            if v.priority < job.priority and v.spec.preemptible:
-                return f"preempted by higher-priority job {job.id} ({job.spec.priority_class})"
-            if (
-                within_nominal is not None
-                and v.team != job.team
-                and rj.gpu_type in snap.gpu_types
-                and self.quotas.quotas.get(v.team) is not None
-                and self.quotas.quotas.get(job.team) is not None
-                and self.quotas.quotas[v.team].cohort == self.quotas.quotas[job.team].cohort is not None
-                and within_nominal[snap.gpu_types.index(rj.gpu_type)]
-                and self.quotas.is_borrowing(v.team, rj.gpu_type, self.usage)
-            ):
-                return f"quota reclaimed by team {job.team} (job {job.id})"
+            if v.priority < priority and v.spec.preemptible:
+                return by_priority
+            teams = borrowers.get(rj.gpu_type)
+            if teams and v.team in teams:
+                return by_reclaim
             return None
 
         return may
