@@ -439,16 +439,21 @@ class Scheduler:
         need = job.spec.gang_size
         static = snap._static_mask(pod) & snap.schedulable[: snap.n]
         rows: dict[int, tuple[list[int], int, int]] = {}
-        fit: dict[int, int] = {}
-        total = 0  # pods that fit now (the job is blocked, so total < need)
-        candidates: list[int] = np.flatnonzero(static).tolist()
-        for i in candidates:
-            k = _pods_fitting(
-                snap.gpu_free[i, : int(snap.gpu_count[i])].tolist(), int(snap.cpu_free[i]), int(snap.mem_free[i]), pod
-            )
-            if k:
-                fit[i] = k
-                total += k
+        cand = np.flatnonzero(static)
+        g = pod.gpu
+        if g.count == 0:
+            per_node = np.full(len(cand), 64, dtype=np.int64)
+        elif g.is_fractional:
+            per_node = (snap.gpu_free[cand] // g.milli).sum(axis=1)
+        else:
+            per_node = snap.whole_free[cand] // g.count
+        if pod.cpu_milli:
+            per_node = np.minimum(per_node, snap.cpu_free[cand] // pod.cpu_milli)
+        if pod.memory_mib:
+            per_node = np.minimum(per_node, snap.mem_free[cand] // pod.memory_mib)
+        some = per_node > 0
+        fit: dict[int, int] = dict(zip(cand[some].tolist(), per_node[some].tolist(), strict=True))
+        total = sum(fit.values())  # pods that fit now (the job is blocked, so total < need)
         for rj in ends:
             if math.isinf(rj.est_end):
                 break

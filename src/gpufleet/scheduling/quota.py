@@ -34,6 +34,7 @@ class QuotaPolicy:
         self.quotas: dict[str, Quota] = {}
         self.cohorts: dict[str, list[str]] = defaultdict(list)
         self._cohort_cache: dict[tuple[str, bool, str], tuple[int, int, int]] = {}
+        self._admit_cache: dict[tuple[str, int, int], tuple[int, QuotaVerdict]] = {}  # valid for one usage version
         for q in quotas:
             self.quotas[q.team] = q
             if q.cohort:
@@ -81,6 +82,15 @@ class QuotaPolicy:
 
     def admit(self, team: str, demand_milli: int, gpu_types: Sequence[str], usage: UsageTracker) -> QuotaVerdict:
         """Which GPU types ``team`` may place ``demand_milli`` more milli-GPU on."""
+        memo_key = (team, demand_milli, len(gpu_types))
+        hit = self._admit_cache.get(memo_key)
+        if hit is not None and hit[0] == usage.version:
+            return hit[1]
+        verdict = self._admit(team, demand_milli, gpu_types, usage)
+        self._admit_cache[memo_key] = (usage.version, verdict)
+        return verdict
+
+    def _admit(self, team: str, demand_milli: int, gpu_types: Sequence[str], usage: UsageTracker) -> QuotaVerdict:
         k = max(1, len(gpu_types))
         q = self.quotas.get(team)
         if q is None or demand_milli == 0:
