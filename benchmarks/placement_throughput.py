@@ -20,12 +20,16 @@ def main() -> None:
     parser.add_argument("--policy", action="append", help="policy (repeatable; default fgd, bestfit)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--trace", default="default")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per policy; the best is reported (as timeit)")
     args = parser.parse_args()
     cluster = load_cluster(args.trace)
     for policy in args.policy or ["fgd", "bestfit"]:
-        start = time.perf_counter()
-        run = run_seed(cluster, policy, args.seed)
-        elapsed = time.perf_counter() - start
+        times = []
+        for _ in range(max(1, args.repeat)):
+            start = time.perf_counter()
+            run = run_seed(cluster, policy, args.seed)
+            times.append(time.perf_counter() - start)
+        elapsed = min(times)
         print(
             json.dumps(
                 {
@@ -35,6 +39,7 @@ def main() -> None:
                     "unit": "pods/s",
                     "pods": run.pods,
                     "seconds": round(elapsed, 3),
+                    "median_pods_per_s": round(run.pods / sorted(times)[len(times) // 2], 1),
                     "trace": cluster.trace,
                     "seed": args.seed,
                 }
