@@ -194,7 +194,8 @@ class Autoscaler:
             return []
         by_pool = {ps.pool.name: ps for ps in pools}
         n = snap.n
-        empty = snap.schedulable[:n] & (snap.pods[:n] == 0)
+        autoscaled = np.array([p in by_pool for p in snap.pools], dtype=np.bool_)  # per pool index
+        empty = snap.schedulable[:n] & (snap.pods[:n] == 0) & autoscaled[snap.pool[:n]]
         out: list[ScaleDown] = []
         removed: dict[str, int] = {}
         idle_now: set[str] = set()
