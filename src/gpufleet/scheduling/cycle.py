@@ -152,6 +152,9 @@ class Scheduler:
     def cycle(self, state: ClusterState, now: float) -> Decisions:
         snap = state.snapshot
         out = Decisions()
+        if not state.pending:
+            self._blocked = []
+            return out
         n = snap.n
         live = snap.schedulable[:n]
         ctx = SortContext(

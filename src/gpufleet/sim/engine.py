@@ -183,6 +183,8 @@ class Simulation:
         now = self.clock.now()
         self._cycle_at = None
         self._last_cycle = now
+        if not self.pending:
+            return  # nothing waits: a cycle would decide nothing (scale-down runs on the timer)
         state = ClusterState(
             snapshot=self.cluster.snapshot,
             pending=list(self.pending.values()),
