@@ -87,3 +87,24 @@ def test_prices_lists_the_catalog() -> None:
     assert res.exit_code == 0, res.output
     assert "H100" in res.stdout and "sha256" in res.stdout
     assert "T4" not in res.stdout
+
+
+def test_examples_run() -> None:
+    root = Path(__file__).resolve().parents[1] / "examples"
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            "synthetic:1",
+            "--limit",
+            "80",
+            "--json",
+            "--profile",
+            str(root / "profile.yaml"),
+            "--cluster",
+            str(root / "cluster.yaml"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout.strip().splitlines()[-1])["jobs"] == 80
