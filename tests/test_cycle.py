@@ -248,3 +248,23 @@ def test_spot_only_for_preemptible_jobs() -> None:
     w = world(cluster().add("spot", gpus=8, spot=True))
     d = w.cycle([job("od").build(), job("pre").preemptible(600).at(1).build()])
     assert placed(d) == ["pre"]
+
+
+def test_unreserve_rolls_a_failed_bind_back() -> None:
+    w = world(cluster().add("n1", gpus=8), teams={"a": {"quota": {"*": 4}}})
+    d = w.cycle([job("a0").team("a").gpus(4).build()])
+    free_after = w.snap.free_milli[0]
+    assert free_after == 4000 and w.sched.usage.held("a", "A100-80GB") == 4000
+    w.sched.unreserve(d.placements[0], w.snap, now=1)  # the backend failed to start it
+    assert w.snap.free_milli[0] == 8000 and w.snap.pods[0] == 0
+    assert w.sched.usage.held("a", "A100-80GB") == 0
+    assert placed(w.cycle([job("a1").team("a").gpus(4).build()], now=2)) == ["a1"]
+
+
+def test_clustering_policy_observes_reservations_and_releases() -> None:
+    w = world(cluster().add("n1", gpus=8).add("n2", gpus=8), placement="clustering")
+    d = w.cycle([job(f"x{i}").milli(500).at(i).build() for i in range(3)])
+    assert len(d.placements) == 3
+    for p in d.placements:
+        w.sched.release(p.job, p.assignments, w.snap, now=5)
+    assert int(w.snap.free_milli[: w.snap.n].sum()) == 16000

@@ -30,7 +30,7 @@ from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job
 from gpufleet.scheduling.autoscaler import Autoscaler, AutoscalerConfig, PoolState, ScaleDown, ScaleUp
 from gpufleet.scheduling.framework import SUCCESS, Code, QueueSort, ScorePlugin, SortContext, Status
-from gpufleet.scheduling.placement.base import place_one
+from gpufleet.scheduling.placement.base import commit, place_one, uncommit
 from gpufleet.scheduling.preemption import PreemptionGraph, RunningJob, VictimFilter, plan_preemption
 from gpufleet.scheduling.quota import QuotaPolicy
 from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot, PodRequest
@@ -139,9 +139,15 @@ class Scheduler:
 
     def unreserve(self, placement: Placement, snap: ClusterSnapshot, now: float) -> None:
         """Roll back a reservation whose bind failed. Not idempotent: call it once per failure."""
-        for a in placement.assignments:
-            snap.release(a)
-        self.account(placement.job, placement.assignments, snap, now, -1)
+        self.release(placement.job, placement.assignments, snap, now)
+
+    def release(self, job: Job, assignments: Sequence[Assignment], snap: ClusterSnapshot, now: float) -> None:
+        """A job stopped holding ``assignments`` (it ended, was preempted, or its bind failed):
+        free them in the snapshot, tell the placement policy, and update the team's usage."""
+        pod = self._pod(snap, job)[0]
+        for a in assignments:
+            uncommit(snap, self.placement, pod, a)
+        self.account(job, assignments, snap, now, -1)
 
     def job_stopped(self, job_id: str) -> None:
         """Forget nominations once a victim is gone."""
@@ -308,9 +314,9 @@ class Scheduler:
             a = place_one(snap, self.placement, pod)
             if a is None:
                 for t in reversed(taken):
-                    snap.release(t)
+                    uncommit(snap, self.placement, pod, t)
                 return None
-            snap.allocate(a)
+            commit(snap, self.placement, pod, a)
             taken.append(a)
         return tuple(taken)
 
@@ -504,7 +510,7 @@ class Scheduler:
                 got = self._place_gang(snap, pod, job.spec.gang_size)
                 if got is not None:
                     for a in reversed(got):
-                        snap.release(a)
+                        uncommit(snap, self.placement, pod, a)
                     shadow, nodes = rj.est_end, {a.node for a in got}
                     break
         finally:

@@ -324,14 +324,13 @@ class Simulation:
         snap = self.cluster.snapshot
         del self.runs[job.id]
         del self.cluster.running[job.id]
+        self.scheduler.release(job, run.assignments, snap, now)
         for a in run.assignments:
-            snap.release(a)
             self._allocated_milli -= a.milli * len(a.gpus)
             self.cluster.nodes[snap.names[a.node]].jobs.discard(job.id)
         for h in run.handles:
             seg = self.ledger.close(h, now)
             self._gpu_seconds[job.id] = self._gpu_seconds.get(job.id, 0.0) + seg.gpu_seconds
-        self.scheduler.account(job, run.assignments, snap, now, -1)
 
     # -- nodes -------------------------------------------------------------------------------------------
     def _request_node(self, node: Node) -> Node:
