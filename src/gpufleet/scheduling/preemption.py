@@ -104,24 +104,36 @@ def plan_preemption(
             continue
         for a in rj.assignments:
             by_node[a.node].append((rj, why))
-    best: PreemptionPlan | None = None
     # a node with fewer candidate victims can need no more victims than it has: look there first
     nodes = sorted(by_node, key=lambda nd: (len(by_node[nd]), nd))[:MAX_NODES_EXAMINED]
+    cands_of: dict[int, list[tuple[RunningJob, str]]] = {}
     for node in nodes:
-        cands = by_node[node]
-        if best is not None and len(best.victims) == 1 and best.lost_work_s == 0:
-            break  # cannot do better
         # cheapest victims first: least work at risk, then lowest priority, then youngest
-        cands.sort(
-            key=lambda c: (c[0].job.work_at_risk(now), c[0].job.priority, -(c[0].job.start_time or 0), c[0].job.id)
+        cands = sorted(
+            by_node[node],
+            key=lambda c: (c[0].job.work_at_risk(now), c[0].job.priority, -(c[0].job.start_time or 0), c[0].job.id),
         )
         uniq: list[tuple[RunningJob, str]] = []
         for c in cands:
             if all(u[0] is not c[0] for u in uniq):
                 uniq.append(c)
-        taken = _smallest_set(snap, node, pod, uniq, now)
-        if taken is None:
-            continue
+        if snap.static_ok(node, pod) and _fits_without(snap, node, pod, (rj for rj, _ in uniq)):
+            cands_of[node] = uniq  # stopping every candidate here would be enough
+    # fewest victims first, over all nodes at once: sets of one, then of two, then greedy
+    for k in range(1, EXHAUSTIVE_UP_TO + 1):
+        found = [
+            (sum(rj.job.work_at_risk(now) for rj, _ in combo), node, [rj.job.id for rj, _ in combo], combo)
+            for node, cands in cands_of.items()
+            if len(cands) <= EXHAUSTIVE_CANDIDATES or k == 1
+            for combo in itertools.combinations(cands, k)
+            if _fits_without(snap, node, pod, (rj for rj, _ in combo))
+        ]
+        if found:
+            lost, node, _, combo = min(found, key=lambda f: (f[0], f[1], f[2]))
+            return PreemptionPlan(node, tuple(rj for rj, _ in combo), lost, tuple(w for _, w in combo))
+    best: PreemptionPlan | None = None
+    for node, cands in cands_of.items():
+        taken = _greedy_set(snap, node, pod, cands)
         lost = sum(rj.job.work_at_risk(now) for rj, _ in taken)
         plan = PreemptionPlan(node, tuple(rj for rj, _ in taken), lost, tuple(w for _, w in taken))
         if best is None or (len(plan.victims), plan.lost_work_s, plan.node) < (
@@ -133,7 +145,7 @@ def plan_preemption(
     return best
 
 
-EXHAUSTIVE_UP_TO = 2  # try every victim set of up to this size (on nodes with few candidates)
+EXHAUSTIVE_UP_TO = 2  # try every victim set of up to this size (pairs only on nodes with few candidates)
 EXHAUSTIVE_CANDIDATES = 8
 MAX_NODES_EXAMINED = 64  # nodes with the fewest candidate victims first
 
@@ -170,27 +182,11 @@ def _fits_without(snap: ClusterSnapshot, node: int, pod: PodRequest, victims: It
     return row.count(MILLI) >= g.count
 
 
-def _smallest_set(
-    snap: ClusterSnapshot, node: int, pod: PodRequest, cands: list[tuple[RunningJob, str]], now: float
-) -> list[tuple[RunningJob, str]] | None:
-    """The fewest victims (then least lost work) on ``node`` that make ``pod`` fit, or None.
-
-    Exhaustive over small sets when the node has few candidates; otherwise greedy in ``cands``
-    order, then pruned of victims that turn out not to be needed.
-    """
-    if not snap.static_ok(node, pod) or not _fits_without(snap, node, pod, (rj for rj, _ in cands)):
-        return None
-    if len(cands) <= EXHAUSTIVE_CANDIDATES:
-        for k in range(1, min(EXHAUSTIVE_UP_TO, len(cands)) + 1):
-            found = [
-                list(combo)
-                for combo in itertools.combinations(cands, k)
-                if _fits_without(snap, node, pod, (rj for rj, _ in combo))
-            ]
-            if found:
-                return min(
-                    found, key=lambda c: (sum(rj.job.work_at_risk(now) for rj, _ in c), [rj.job.id for rj, _ in c])
-                )
+def _greedy_set(
+    snap: ClusterSnapshot, node: int, pod: PodRequest, cands: list[tuple[RunningJob, str]]
+) -> list[tuple[RunningJob, str]]:
+    """Victims on ``node`` taken in ``cands`` order until ``pod`` fits, then pruned of those that
+    turn out not to be needed. The caller checked that all of ``cands`` would be enough."""
     taken: list[tuple[RunningJob, str]] = []
     for c in cands:
         taken.append(c)
