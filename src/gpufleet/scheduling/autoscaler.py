@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from gpufleet.model.gpu import MILLI, canonical_gpu_name, gpu_model
 from gpufleet.model.job import Job
@@ -131,6 +132,7 @@ class Autoscaler:
     def __init__(self, config: AutoscalerConfig) -> None:
         self.config = config
         self.idle_since: dict[str, float] = {}
+        self._autoscaled: tuple[tuple[object, ...], npt.NDArray[np.bool_]] | None = None
 
     def scale_up(
         self,
@@ -194,7 +196,10 @@ class Autoscaler:
             return []
         by_pool = {ps.pool.name: ps for ps in pools}
         n = snap.n
-        autoscaled = np.array([p in by_pool for p in snap.pools], dtype=np.bool_)  # per pool index
+        key = (tuple(by_pool), len(snap.pools))
+        if self._autoscaled is None or self._autoscaled[0] != key:
+            self._autoscaled = (key, np.array([p in by_pool for p in snap.pools], dtype=np.bool_))
+        autoscaled = self._autoscaled[1]  # per pool index: is it an autoscaled pool?
         empty = snap.schedulable[:n] & (snap.pods[:n] == 0) & autoscaled[snap.pool[:n]]
         out: list[ScaleDown] = []
         removed: dict[str, int] = {}

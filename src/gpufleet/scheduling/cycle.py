@@ -272,8 +272,9 @@ class Scheduler:
         would decide the same when nothing changed) and scale down idle nodes. The world calls it
         every ``autoscale_interval_s`` while the autoscaler is enabled."""
         out = Decisions()
-        pending = {j.id for j in state.pending}
-        self._blocked = [(j, p) for j, p in self._blocked if j.id in pending]
+        if self._blocked:
+            pending = {j.id for j in state.pending}
+            self._blocked = [(j, p) for j, p in self._blocked if j.id in pending]
         if self._blocked:
             out.scale_up = self.autoscaler.scale_up(
                 self._blocked, state.pools, state.snapshot, queue_length=len(state.pending), now=now

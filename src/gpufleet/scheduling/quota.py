@@ -34,6 +34,7 @@ class QuotaPolicy:
         self.quotas: dict[str, Quota] = {}
         self.cohorts: dict[str, list[str]] = defaultdict(list)
         self._cohort_cache: dict[tuple[str, bool, str], tuple[int, int, int]] = {}
+        self._nominal_cache: dict[tuple[str, bool, str], int] = {}
         self._admit_cache: dict[tuple[str, int, int], tuple[int, QuotaVerdict]] = {}  # valid for one usage version
         for q in quotas:
             self.quotas[q.team] = q
@@ -62,8 +63,11 @@ class QuotaPolicy:
         if hit is not None and hit[0] == usage.version:
             return hit[1], hit[2]
         members = [name] if single else self.cohorts[name]
-        nominal = sum(self.quotas[m].nominal_for(gpu_type) or 0 for m in members)
-        used = sum(usage.held(m, gpu_type) for m in members)
+        nominal = self._nominal_cache.get(key)
+        if nominal is None:  # quotas do not change: compute once
+            nominal = self._nominal_cache[key] = sum(self.quotas[m].nominal_for(gpu_type) or 0 for m in members)
+        teams = usage.teams
+        used = sum(teams[m].gpu_milli.get(gpu_type, 0) for m in members if m in teams)
         self._cohort_cache[key] = (usage.version, nominal, used)
         return nominal, used
 
