@@ -24,7 +24,7 @@ largest-remainder method, so the rounded lines add up exactly to the rounded nod
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -918,22 +918,10 @@ def _round_cents(x: Fraction) -> int:
     return math.floor(x * 100 + Fraction(1, 2))
 
 
-def _largest_remainder(values: Iterable[Fraction], target_cents: int) -> list[int]:
-    """Round ``values`` (dollars) to cents so they sum to ``target_cents``: floor each, then give
-    the missing cents to the largest remainders (ties: the earlier value)."""
-    scaled = [v * 100 for v in values]
-    floors = [math.floor(v) for v in scaled]
-    missing = target_cents - sum(floors)
-    if not 0 <= missing <= len(scaled):
-        raise AssertionError(f"cannot round {scaled} to {target_cents} cents")
-    order = sorted(range(len(scaled)), key=lambda i: (-(scaled[i] - floors[i]), i))
-    for i in order[:missing]:
-        floors[i] += 1
-    return floors
-
-
 def _largest_remainder_int(numerators: Sequence[int], den: int, target_cents: int) -> list[int]:
-    """:func:`_largest_remainder` for values given as integer numerators over ``den`` dollars."""
+    """Round values given as integer numerators over ``den`` dollars to cents so they sum to
+    ``target_cents``: floor each, then give the missing cents to the largest remainders (ties:
+    the earlier value)."""
     scaled = [v * 100 for v in numerators]
     floors = [v // den for v in scaled]
     missing = target_cents - sum(floors)
