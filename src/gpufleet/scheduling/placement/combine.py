@@ -50,7 +50,10 @@ class Combined:
 def make_combined(ctx: PolicyContext) -> Combined:
     spec = ctx.params.get("plugins", ())
     if not isinstance(spec, Sequence) or not spec:
-        raise RegistryError("combine: params['plugins'] must be a non-empty sequence of (name, weight)")
+        raise RegistryError(
+            "placement 'combine' is not used by name: list several policies instead "
+            "(profile 'placement:' entries with weights, or --placement fgd,cost)"
+        )
     plugins: list[tuple[ScorePlugin, float]] = []
     for item in spec:
         name, weight = item
