@@ -22,10 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpufleet.errors import ConfigError
+from gpufleet.config import load_model
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.model.quota import ANY_GPU, Quota
 from gpufleet.scheduling import ordering as _ordering  # noqa: F401  (registers queue sorts)
@@ -160,37 +159,9 @@ def build_placement(entries: Sequence[tuple[str, float]], ctx: PolicyContext) ->
     return Combined([(PLACEMENT.get(name)(ctx), w) for name, w in entries])
 
 
-def format_validation_error(err: ValidationError, source: str) -> ConfigError:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-    more = f" (and {len(err.errors()) - 1} more problem(s))" if len(err.errors()) > 1 else ""
-    return ConfigError(first["msg"] + more, source=source, field=loc)
-
-
 def load_profile(data: Mapping[str, Any] | str | Path | None, source: str = "profile") -> Profile:
-    """A profile from a mapping, a YAML file path, or None (defaults). Errors name the field."""
+    """A profile from a mapping, a YAML file path (settings at the top or under ``scheduler:``), or
+    None (defaults). Errors name the file, line and field."""
     if data is None:
         return Profile()
-    if isinstance(data, str | Path):
-        path = Path(data)
-        source = str(path)
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except OSError as e:
-            raise ConfigError(f"cannot read: {e.strerror}", source=source) from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            raise ConfigError(
-                f"not valid YAML: {getattr(e, 'problem', e)}",
-                source=source,
-                line=None if mark is None else mark.line + 1,
-            ) from None
-        data = loaded or {}
-        if "scheduler" in data and isinstance(data["scheduler"], dict):
-            data = data["scheduler"]
-    if not isinstance(data, Mapping):
-        raise ConfigError("a profile must be a mapping", source=source)
-    try:
-        return Profile.model_validate(dict(data))
-    except ValidationError as e:
-        raise format_validation_error(e, source) from None
+    return load_model(Profile, data, source=source, section="scheduler", what="a profile")

@@ -15,13 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpufleet.errors import ConfigError
+from gpufleet.config import load_model
 from gpufleet.model.gpu import canonical_gpu_name
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
-from gpufleet.scheduling.profile import format_validation_error
 
 
 class _Strict(BaseModel):
@@ -61,9 +59,15 @@ class NodeGroup(_Strict):
     def make(self) -> list[Node]:
         return [
             Node(
-                name=f"{self.name}-{i:04d}", gpu_model=self.gpu_model, gpu_count=self.gpus,
-                cpu_milli=round(self.cpu * 1000), memory_mib=round(self.memory_gib * 1024), pool=self.pool,
-                capacity_type=self.capacity_type, hourly_price_usd=self.hourly_price_usd, sharing=self.sharing,
+                name=f"{self.name}-{i:04d}",
+                gpu_model=self.gpu_model,
+                gpu_count=self.gpus,
+                cpu_milli=round(self.cpu * 1000),
+                memory_mib=round(self.memory_gib * 1024),
+                pool=self.pool,
+                capacity_type=self.capacity_type,
+                hourly_price_usd=self.hourly_price_usd,
+                sharing=self.sharing,
                 labels=dict(self.labels),
             )
             for i in range(self.count)
@@ -97,10 +101,18 @@ class PoolSpec(_Strict):
 
     def make(self) -> NodePool:
         return NodePool(
-            name=self.name, gpu_model=self.gpu_model, gpus_per_node=self.gpus, cpu_milli=round(self.cpu * 1000),
-            memory_mib=round(self.memory_gib * 1024), capacity_type=self.capacity_type,
-            hourly_price_usd=self.hourly_price_usd, min_nodes=self.min_nodes, max_nodes=self.max_nodes,
-            initial_nodes=self.initial_nodes, provisioning_delay_s=self.provisioning_delay_s, sharing=self.sharing,
+            name=self.name,
+            gpu_model=self.gpu_model,
+            gpus_per_node=self.gpus,
+            cpu_milli=round(self.cpu * 1000),
+            memory_mib=round(self.memory_gib * 1024),
+            capacity_type=self.capacity_type,
+            hourly_price_usd=self.hourly_price_usd,
+            min_nodes=self.min_nodes,
+            max_nodes=self.max_nodes,
+            initial_nodes=self.initial_nodes,
+            provisioning_delay_s=self.provisioning_delay_s,
+            sharing=self.sharing,
             labels=dict(self.labels),
         )
 
@@ -125,22 +137,7 @@ class ClusterSpec(_Strict):
 
 
 def load_cluster(data: Mapping[str, Any] | str | Path, source: str = "cluster") -> ClusterSpec:
-    if isinstance(data, str | Path):
-        path = Path(data)
-        source = str(path)
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except OSError as e:
-            raise ConfigError(f"cannot read: {e.strerror}", source=source) from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", source=source,
-                              line=None if mark is None else mark.line + 1) from None
-        if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
-            data = data["cluster"]
-    if not isinstance(data, Mapping):
-        raise ConfigError("a cluster must be a mapping with 'nodes' and/or 'pools'", source=source)
-    try:
-        return ClusterSpec.model_validate(dict(data))
-    except ValidationError as e:
-        raise format_validation_error(e, source) from None
+    """A cluster from a mapping or a YAML file (at the top or under ``cluster:``)."""
+    return load_model(
+        ClusterSpec, data, source=source, section="cluster", what="a cluster (with 'nodes' and/or 'pools')"
+    )
