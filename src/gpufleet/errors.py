@@ -78,3 +78,39 @@ class SchedulingError(GpufleetError):
     """An internal inconsistency found by the scheduler (e.g. a binding that over-allocates)."""
 
     code = "scheduling_error"
+
+
+class NotFoundError(GpufleetError):
+    """A job, team, token or other object that does not exist (or that the caller may not see)."""
+
+    code = "not_found"
+
+
+class ConflictError(GpufleetError):
+    """The request conflicts with stored state (a job already ended, a name already taken)."""
+
+    code = "conflict"
+
+
+class AuthError(GpufleetError):
+    """No credentials, or credentials that are not valid."""
+
+    code = "unauthenticated"
+
+
+class PermissionDeniedError(GpufleetError):
+    """Valid credentials whose role or team does not allow the action."""
+
+    code = "forbidden"
+
+
+class StoreError(GpufleetError):
+    """The store cannot be reached or is at a schema version this code does not know."""
+
+    code = "store_unavailable"
+
+
+class BackendError(GpufleetError):
+    """A backend could not do what it was asked (launch, stop, inventory)."""
+
+    code = "backend_error"

@@ -73,6 +73,7 @@ class Decisions:
     scale_down: list[ScaleDown] = field(default_factory=list)
     waiting: dict[str, Status] = field(default_factory=dict)  # job id → why it still waits
     reservation: tuple[str, float] | None = None  # (job id, shadow time) of the EASY reservation
+    order: list[Job] = field(default_factory=list)  # the queue in the order this cycle considered it
 
 
 @dataclass(slots=True)
@@ -175,6 +176,7 @@ class Scheduler:
         order = self.queue_sort.order(state.pending, ctx)
         if self.nominated:
             order.sort(key=lambda j: j.id not in self.nominated)
+        out.order = order
         blocked_for_capacity: list[tuple[Job, PodRequest]] = []
         failed_shapes: set[tuple[object, ...]] = set()
         reserved_nodes: np.ndarray | None = None

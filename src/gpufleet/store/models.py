@@ -1,0 +1,253 @@
+"""The store's tables (SQLAlchemy 2 typed declarative models).
+
+Everything the control plane needs to recover after a crash lives here: jobs and every transition
+(``job_events``), each attempt of a job (``runs``: where, which process, when), nodes, the usage
+ledger, teams, quotas and tokens.
+
+Conventions:
+- times are UNIX seconds (``Float``/double precision), as everywhere in gpufleet; the API renders
+  them as RFC 3339;
+- the ledger is append-only: a usage segment is inserted once, when the run it meters ends (what is
+  still running is metered from ``runs``); a node interval is inserted when the node is added and its
+  ``end`` is set once, when the node goes away;
+- JSON columns hold small documents (labels, command, placement).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a BIGINT.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Team(Base):
+    __tablename__ = "teams"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)  # fair-share weight
+    cohort: Mapped[str | None] = mapped_column(String(63), default=None)
+    borrowing_limit_milli: Mapped[int | None] = mapped_column(Integer, default=None)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class QuotaRow(Base):
+    """A team's nominal quota of one GPU model (``"*"`` = any model), in milli-GPU."""
+
+    __tablename__ = "quotas"
+
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name", ondelete="CASCADE"), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(63), primary_key=True)
+    nominal_milli: Mapped[int] = mapped_column(Integer)
+
+
+class Token(Base):
+    """A bearer token, stored as the SHA-256 of its secret (the secret is shown once, at creation)."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(127), default="")
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name"))
+    role: Mapped[str] = mapped_column(String(16))  # admin | member | viewer
+    secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, default=None)
+    revoked_at: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("submitted_by", "idempotency_key", name="uq_jobs_idempotency"),
+        Index("ix_jobs_state_seq", "state", "seq"),
+        Index("ix_jobs_team_seq", "team", "seq"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)  # submit order
+    id: Mapped[str] = mapped_column(String(32), unique=True)
+    name: Mapped[str] = mapped_column(String(255))
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name"))
+    project: Mapped[str] = mapped_column(String(255), default="")
+    namespace: Mapped[str] = mapped_column(String(255), default="default")
+    experiment: Mapped[str] = mapped_column(String(255), default="")
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    priority_class: Mapped[str] = mapped_column(String(32), default="normal")
+    command: Mapped[list[Any]] = mapped_column(JSON)
+    env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    cwd: Mapped[str | None] = mapped_column(Text, default=None)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)  # GPUs per pod (1 for a fraction or a slice)
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=1000)  # per GPU; < 1000 = fraction
+    mig_profile: Mapped[str | None] = mapped_column(String(32), default=None)
+    gpu_types: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    min_gpu_memory_gib: Mapped[float] = mapped_column(Float, default=0.0)
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=False)
+    checkpoint_dir: Mapped[str | None] = mapped_column(Text, default=None)
+    max_runtime_s: Mapped[float | None] = mapped_column(Float, default=None)
+    estimated_runtime_s: Mapped[float | None] = mapped_column(Float, default=None)
+    submitted_by: Mapped[str | None] = mapped_column(String(32), default=None)  # token id
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), default=None)
+    request_sha256: Mapped[str | None] = mapped_column(String(64), default=None)
+    # runtime state
+    state: Mapped[str] = mapped_column(String(16), default="PENDING")
+    reason: Mapped[str] = mapped_column(Text, default="submitted")  # of the last transition
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, default=None)  # first start
+    ended_at: Mapped[float | None] = mapped_column(Float, default=None)
+    run: Mapped[int] = mapped_column(Integer, default=0)  # current/last attempt (0: never admitted)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    placement: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [{node, gpus, milli, mig_mask}]
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class JobEventRow(Base):
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    time: Mapped[float] = mapped_column(Float)
+    old: Mapped[str | None] = mapped_column(String(16), default=None)
+    new: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class RunRow(Base):
+    """One attempt of a job on the backend. ``ended_at`` is NULL while it runs."""
+
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_open", "ended_at"),)
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    run: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(255))
+    placement: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    capacity_type: Mapped[str] = mapped_column(String(16), default="on-demand")
+    node_hourly_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    pid: Mapped[int | None] = mapped_column(Integer, default=None)
+    admitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, default=None)  # as the backend measured it
+    ended_at: Mapped[float | None] = mapped_column(Float, default=None)
+    outcome: Mapped[str | None] = mapped_column(String(16), default=None)  # backend event kind
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    stop_requested: Mapped[str | None] = mapped_column(Text, default=None)  # why a stop was asked
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(63), default="")
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    pool: Mapped[str] = mapped_column(String(63), default="default")
+    capacity_type: Mapped[str] = mapped_column(String(16), default="on-demand")
+    sharing: Mapped[str] = mapped_column(String(16), default="shared")
+    hourly_price_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    state: Mapped[str] = mapped_column(String(16), default="ready")  # ready | cordoned | removed
+    added_at: Mapped[float] = mapped_column(Float)
+    removed_at: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class NodeIntervalRow(Base):
+    """A node existed at ``hourly_usd`` from ``start`` to ``end`` (NULL while it exists)."""
+
+    __tablename__ = "node_intervals"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(255), index=True)
+    pool: Mapped[str] = mapped_column(String(63))
+    gpu_model: Mapped[str] = mapped_column(String(63))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    cpu_milli: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    capacity_type: Mapped[str] = mapped_column(String(16))
+    hourly_usd: Mapped[float] = mapped_column(Float)
+    start: Mapped[float] = mapped_column(Float)
+    end: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class UsageSegmentRow(Base):
+    """What one run of a job held on one node, from ``start`` to ``end``. Inserted once, never updated."""
+
+    __tablename__ = "usage_segments"
+    __table_args__ = (
+        UniqueConstraint("job_id", "run", "node", name="uq_usage_run_node"),
+        Index("ix_usage_time", "start", "end"),
+        Index("ix_usage_team", "team"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    run: Mapped[int] = mapped_column(Integer)
+    team: Mapped[str] = mapped_column(String(63))
+    project: Mapped[str] = mapped_column(String(255), default="")
+    namespace: Mapped[str] = mapped_column(String(255), default="default")
+    experiment: Mapped[str] = mapped_column(String(255), default="")
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    node: Mapped[str] = mapped_column(String(255))
+    pool: Mapped[str] = mapped_column(String(63))
+    gpu_model: Mapped[str] = mapped_column(String(63))
+    capacity_type: Mapped[str] = mapped_column(String(16))
+    gpu_share_units: Mapped[int] = mapped_column(Integer)  # 1/7000 GPU (whole, MIG k/7, milli exact)
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    node_hourly_usd: Mapped[float] = mapped_column(Float)
+    start: Mapped[float] = mapped_column(Float)
+    end: Mapped[float] = mapped_column(Float)
+
+
+class GpuSampleRow(Base):
+    """GPU telemetry (NVML): one row per GPU per sample; ``job_id`` set for per-job memory rows."""
+
+    __tablename__ = "gpu_samples"
+    __table_args__ = (Index("ix_gpu_samples_time", "time"), Index("ix_gpu_samples_job", "job_id"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float)
+    node: Mapped[str] = mapped_column(String(255))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    utilization_pct: Mapped[float | None] = mapped_column(Float, default=None)
+    memory_used_mib: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_total_mib: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class ControllerRow(Base):
+    """Each replica's heartbeat; the leader also publishes the queue it last computed."""
+
+    __tablename__ = "controllers"
+
+    replica: Mapped[str] = mapped_column(String(64), primary_key=True)
+    is_leader: Mapped[bool] = mapped_column(Boolean, default=False)
+    heartbeat_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float] = mapped_column(Float)
+    last_cycle_ms: Mapped[float | None] = mapped_column(Float, default=None)
+    queue: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [{job, position, reason, estimated_start}]
+    info: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
