@@ -8,9 +8,11 @@ import typer
 from rich.table import Table
 
 from gpufleet import __version__
+from gpufleet.cli import jobs
 from gpufleet.cli.common import console, handle_errors
 from gpufleet.cli.experiment import experiment_app
 from gpufleet.cli.simulate import simulate
+from gpufleet.cli.up import up
 
 app = typer.Typer(
     name="gpufleet",
@@ -19,8 +21,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.command("up")(up)
 app.command("simulate")(simulate)
 app.add_typer(experiment_app, name="experiment", help="Reproducible experiments (e.g. FGD fragmentation).")
+jobs.register(app)  # API client commands: submit, ls, show, logs, cancel, wait, queue, nodes, team, token, ...
 
 
 @app.command()

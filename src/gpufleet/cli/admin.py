@@ -1,0 +1,231 @@
+"""Commands for teams, tokens, usage and identity: ``team ls|show|set``, ``token create|ls|revoke``,
+``usage``, ``whoami``. Thin like :mod:`gpufleet.cli.jobs` (same ``--url``/``--token``, same exit codes),
+and they reach the server through the same :func:`gpufleet.cli.jobs.make_client`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli import jobs
+from gpufleet.cli.common import console
+from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt
+from gpufleet.cli.render import (
+    api_errors,
+    bad_option,
+    emit_json,
+    note,
+    teams_table,
+    tokens_table,
+    usage_table,
+)
+from gpufleet.sdk.client import NotFound
+from gpufleet.wire import Role, TeamIn
+
+team_app = typer.Typer(help="Teams: quotas per GPU model, fair-share weight, cohorts.", no_args_is_help=True)
+token_app = typer.Typer(help="API tokens (admin).", no_args_is_help=True)
+
+NONE_WORDS = ("", "none", "-")
+
+
+def parse_quota(items: list[str] | None) -> dict[str, float | None]:
+    """``MODEL=GPUS`` pairs (``*`` = any model); ``MODEL=-`` (or ``none``) removes that model's quota."""
+    out: dict[str, float | None] = {}
+    for item in items or []:
+        model, eq, value = item.partition("=")
+        model = model.strip()
+        if not eq or not model:
+            raise bad_option("--quota", f"{item!r} is not MODEL=GPUS (e.g. A100=8, or *=16 for any model)")
+        if value.strip().lower() in NONE_WORDS:
+            out[model] = None
+            continue
+        try:
+            gpus = float(value)
+        except ValueError:
+            raise bad_option("--quota", f"{item!r}: {value!r} is not a number of GPUs") from None
+        if not math.isfinite(gpus) or gpus < 0:
+            raise bad_option("--quota", f"{item!r}: the number of GPUs must be 0 or more")
+        out[model] = gpus
+    return out
+
+
+@team_app.command("ls")
+@api_errors
+def team_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """List teams with their quotas and what they use now."""
+    with jobs.make_client(url, token) as client:
+        teams = client.teams()
+    if as_json:
+        emit_json(teams)
+    elif not teams:
+        note("no teams")
+    else:
+        console.print(teams_table(teams))
+
+
+@team_app.command("show")
+@api_errors
+def team_show(
+    name: Annotated[str, typer.Argument()], as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None
+) -> None:
+    """Show one team."""
+    with jobs.make_client(url, token) as client:
+        team = client.team(name)
+    if as_json:
+        emit_json(team)
+    else:
+        console.print(teams_table([team]))
+
+
+@team_app.command("set")
+@api_errors
+def team_set(
+    name: Annotated[str, typer.Argument()],
+    quota: Annotated[
+        list[str] | None,
+        typer.Option("--quota", help="MODEL=GPUS (repeatable; '*' = any model; MODEL=- removes)", show_default=False),
+    ] = None,
+    weight: Annotated[float | None, typer.Option("--weight", help="fair-share weight", show_default=False)] = None,
+    cohort: Annotated[
+        str | None, typer.Option("--cohort", help="share idle quota within this cohort ('none' leaves it)")
+    ] = None,
+    borrowing_limit: Annotated[
+        str | None, typer.Option("--borrowing-limit", help="GPUs it may borrow from its cohort ('none': no limit)")
+    ] = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Create a team or change it (admin). Only the options given change; quotas merge per model."""
+    changes = parse_quota(quota)
+    limit: float | None = None
+    if borrowing_limit is not None and borrowing_limit.strip().lower() not in NONE_WORDS:
+        try:
+            limit = float(borrowing_limit)
+        except ValueError:
+            raise bad_option("--borrowing-limit", f"{borrowing_limit!r} is not a number of GPUs (or 'none')") from None
+    with jobs.make_client(url, token) as client:
+        try:
+            current = client.team(name)
+            base = TeamIn(
+                weight=current.weight,
+                cohort=current.cohort,
+                borrowing_limit_gpus=current.borrowing_limit_gpus,
+                quota_gpus=dict(current.quota_gpus),
+            ).model_dump()
+            created = False
+        except NotFound:
+            base = TeamIn().model_dump()
+            created = True
+        quotas: dict[str, float] = dict(base["quota_gpus"])
+        for model, gpus in changes.items():
+            if gpus is None:
+                quotas.pop(model, None)
+            else:
+                quotas[model] = gpus
+        base["quota_gpus"] = quotas
+        if weight is not None:
+            base["weight"] = weight
+        if cohort is not None:
+            base["cohort"] = None if cohort.strip().lower() in NONE_WORDS else cohort
+        if borrowing_limit is not None:
+            base["borrowing_limit_gpus"] = limit
+        team = client.set_team(name, **base)
+    if as_json:
+        emit_json(team)
+    else:
+        note(f"team {team.name} {'created' if created else 'updated'}")
+        console.print(teams_table([team]))
+
+
+@token_app.command("create")
+@api_errors
+def token_create(
+    team: Annotated[str, typer.Option("--team", help="the team the token acts for")],
+    role: Annotated[Role, typer.Option("--role", help="admin, member or viewer")] = Role.MEMBER,
+    name: Annotated[str, typer.Option("--name", help="what it is for")] = "",
+    expires_in_days: Annotated[
+        float | None, typer.Option("--expires-in-days", help="default: never", show_default=False)
+    ] = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Create a token and print its secret — the only time it is shown."""
+    with jobs.make_client(url, token) as client:
+        created = client.create_token(team, role, name, expires_in_days)
+    if as_json:
+        emit_json(created)
+        return
+    typer.echo(created.token)
+    note(f"token {created.id} ({created.role.value} of team {created.team}): store the secret now, it is shown once")
+
+
+@token_app.command("ls")
+@api_errors
+def token_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """List tokens (never their secrets)."""
+    with jobs.make_client(url, token) as client:
+        tokens = client.tokens()
+    if as_json:
+        emit_json(tokens)
+    elif not tokens:
+        note("no tokens")
+    else:
+        console.print(tokens_table(tokens))
+
+
+@token_app.command("revoke")
+@api_errors
+def token_revoke(
+    token_id: Annotated[str, typer.Argument(metavar="ID")], url: UrlOpt = None, token: TokenOpt = None
+) -> None:
+    """Revoke a token: it stops working at once."""
+    with jobs.make_client(url, token) as client:
+        client.revoke_token(token_id)
+    note(f"token {token_id} revoked")
+
+
+@api_errors
+def usage(
+    window: Annotated[
+        str, typer.Option("--window", help="24h, 7d, today, yesterday, week, month, or START,END (RFC 3339)")
+    ] = "7d",
+    by: Annotated[str, typer.Option("--by", help="group by: team, project, job, ... (comma-separated)")] = "team",
+    spread_idle: Annotated[bool, typer.Option("--spread-idle", help="charge idle GPUs to the teams")] = False,
+    as_json: JsonOpt = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """GPU-hours and cost over a window, by team (or other fields), with idle cost on its own line."""
+    aggregate = [a.strip() for a in by.split(",") if a.strip()]
+    if not aggregate:
+        raise bad_option("--by", "name at least one field (e.g. team)")
+    with jobs.make_client(url, token) as client:
+        report = client.usage(window, aggregate, spread_idle)
+    if as_json:
+        emit_json(report)
+    else:
+        console.print(usage_table(report))
+
+
+@api_errors
+def whoami(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Which token, team and role the server sees."""
+    with jobs.make_client(url, token) as client:
+        me = client.whoami()
+        server = client.url
+    if as_json:
+        emit_json(me)
+    else:
+        typer.echo(f"{me.role.value} of team {me.team} (token {me.token_id}) at {server}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(team_app, name="team")
+    app.add_typer(token_app, name="token")
+    app.command("usage")(usage)
+    app.command("whoami")(whoami)

@@ -1,0 +1,516 @@
+"""Job commands that talk to a gpufleet server: ``submit``, ``ls``, ``show``, ``logs``, ``cancel``,
+``wait``, ``queue``, ``nodes``.
+
+They only parse, call the SDK (:class:`gpufleet.sdk.Client`, built by :func:`make_client` so tests can
+swap it) and render. Every command takes ``--url`` and ``--token`` (defaults: ``$GPUFLEET_URL`` /
+``$GPUFLEET_TOKEN``, then the local server's home). Errors are one line on stderr; exit codes:
+
+0 ok · 1 the job ended unsuccessfully (``submit --wait``, ``wait``) · 2 bad input (local parsing or a
+400/422) · 3 not found · 4 unauthenticated/forbidden · 5 server unavailable · 6 conflict ·
+7 ``wait`` timed out · 8 any other error.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import warnings
+from typing import Annotated, Any, get_args
+
+import typer
+from pydantic import ValidationError
+from rich.markup import escape
+
+from gpufleet.cli.common import console, fail
+from gpufleet.cli.render import (
+    EXIT_CODES_EPILOG,
+    EXIT_INPUT,
+    EXIT_JOB_FAILED,
+    api_errors,
+    bad_option,
+    emit_json,
+    jobs_table,
+    nodes_table,
+    note,
+    print_job,
+    queue_table,
+    report_error,
+    state_text,
+)
+from gpufleet.errors import GpufleetError
+from gpufleet.sdk.client import Client
+from gpufleet.sdk.config import InsecureTokenFileWarning
+from gpufleet.wire import JobOut, JobSubmit, PriorityClass
+
+ACTIVE_STATES = ("PENDING", "ADMITTED", "RUNNING", "PREEMPTED")
+ALL_STATES = (*ACTIVE_STATES, "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT")
+
+UrlOpt = Annotated[
+    str | None,
+    typer.Option("--url", help="server URL (default: $GPUFLEET_URL, <home>/server.json, http://127.0.0.1:8470)"),
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option("--token", help="API token (default: $GPUFLEET_TOKEN, <home>/admin.token)", show_default=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON (for machines) instead of a table")]
+
+
+def make_client(url: str | None, token: str | None) -> Client:
+    """The SDK client every command uses (tests replace this function to point it at a fake server).
+
+    A token file readable by others is used, with one warning line on stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InsecureTokenFileWarning)
+        client = Client(url, token)
+    for w in caught:
+        note(f"[yellow]warning:[/] {w.message}")
+    return client
+
+
+# ----------------------------------------------------------------------------------------- parsing
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd])", re.IGNORECASE)
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """``90s``, ``30m``, ``2h``, ``1d``, ``1h30m``, ``1.5h`` or bare seconds → seconds (> 0).
+
+    Raises :class:`typer.Exit` (exit 2) with a line naming ``option`` when it is not one."""
+    s = text.strip().lower()
+    hint = "use e.g. 90s, 30m, 2h, 1d or 1h30m"
+    try:
+        value = float(s)
+    except ValueError:
+        pos, value = 0, 0.0
+        for m in _DURATION_PART.finditer(s):
+            if m.start() != pos:
+                break
+            value += float(m.group(1)) * _DURATION_UNITS[m.group(2).lower()]
+            pos = m.end()
+        if not s or pos != len(s):
+            raise bad_option(option, f"{text!r} is not a duration ({hint})") from None
+    if not math.isfinite(value) or value <= 0:
+        raise bad_option(option, f"{text!r} must be a positive duration ({hint})")
+    return value
+
+
+_SIZE = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]i?)?b?$", re.IGNORECASE)
+_SIZE_FACTORS = {
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+    "p": 10**15,
+    "ki": 2**10,
+    "mi": 2**20,
+    "gi": 2**30,
+    "ti": 2**40,
+    "pi": 2**50,
+}
+
+
+def parse_size_mib(text: str, option: str) -> int:
+    """``512Mi``, ``16Gi``, ``16G``, ``1.5Ti`` → MiB (rounded up). A bare number is refused: whether
+    ``16`` means bytes, MiB or GiB is a guess, and a wrong guess starves or wastes a whole node."""
+    m = _SIZE.match(text.strip())
+    if not m:
+        raise bad_option(option, f"{text!r} is not a size (use e.g. 512Mi, 16Gi or 16G)")
+    if not m.group(2):
+        raise bad_option(option, f"{text!r} has no unit (use e.g. 512Mi, 16Gi or 16G)")
+    n_bytes = float(m.group(1)) * _SIZE_FACTORS[m.group(2).lower()]
+    if n_bytes <= 0:
+        raise bad_option(option, f"{text!r} must be more than zero")
+    return math.ceil(n_bytes / 2**20)
+
+
+def parse_cpu_milli(text: str, option: str) -> int:
+    """``4`` or ``0.5`` cores, or ``500m`` millicores → millicores."""
+    s = text.strip().lower()
+    try:
+        value = float(s[:-1]) / 1000 if s.endswith("m") else float(s)
+    except ValueError:
+        raise bad_option(option, f"{text!r} is not a CPU amount (use e.g. 4, 0.5 or 500m)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise bad_option(option, f"{text!r} must be more than zero")
+    return max(1, round(value * 1000))
+
+
+def parse_pairs(items: list[str] | None, option: str, *, sep: str = "=") -> dict[str, str]:
+    """``["k=v", ...]`` → dict; a later key wins."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, eq, value = item.partition(sep)
+        if not eq or not key.strip():
+            raise bad_option(option, f"{item!r} is not KEY{sep}VALUE")
+        out[key.strip()] = value
+    return out
+
+
+# Where each JobSubmit field comes from on the command line, to name it in error messages.
+SUBMIT_OPTIONS = {
+    "command": "CMD",
+    "name": "--name",
+    "team": "--team",
+    "project": "--project",
+    "labels": "--label",
+    "priority": "--priority",
+    "gpus": "--gpus",
+    "gpu_milli": "--gpu-milli",
+    "mig": "--mig",
+    "gpu_types": "--gpu-type",
+    "cpu_milli": "--cpu",
+    "memory_mib": "--memory",
+    "preemptible": "--preemptible",
+    "checkpoint_dir": "--checkpoint-dir",
+    "max_runtime_s": "--max-runtime",
+    "estimated_runtime_s": "--estimate",
+    "env": "--env",
+    "cwd": "--cwd",
+}
+
+
+def _validation_line(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = err["loc"]
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if loc:
+            option = SUBMIT_OPTIONS.get(str(loc[0]), str(loc[0]))
+            rest = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+            parts.append(f"{option}{rest}: {msg}")
+        else:
+            parts.append(msg)
+    return "; ".join(parts)
+
+
+def build_spec(
+    command: list[str],
+    *,
+    gpus: int | None = None,
+    gpu_milli: int | None = None,
+    mig: str | None = None,
+    gpu_types: list[str] | None = None,
+    priority: str | None = None,
+    team: str | None = None,
+    project: str | None = None,
+    labels: list[str] | None = None,
+    preemptible: bool = False,
+    checkpoint_dir: str | None = None,
+    max_runtime: str | None = None,
+    estimate: str | None = None,
+    cpu: str | None = None,
+    memory: str | None = None,
+    env: list[str] | None = None,
+    name: str | None = None,
+    cwd: str | None = None,
+) -> JobSubmit:
+    """The :class:`JobSubmit` the ``submit`` options describe, validated here so that a mistake is
+    reported with the option's name before anything is sent."""
+    if gpu_milli is not None and mig is not None:
+        raise bad_option("--gpu-milli", "conflicts with --mig: ask for a fraction of a shared GPU or a MIG slice")
+    if gpus is not None and gpus > 1 and (gpu_milli is not None or mig is not None):
+        other = "--gpu-milli" if gpu_milli is not None else "--mig"
+        raise bad_option("--gpus", f"{gpus} conflicts with {other}: a fractional or MIG request is for one GPU")
+    if priority is not None and priority not in get_args(PriorityClass):
+        raise bad_option("--priority", f"{priority!r} is not one of {', '.join(get_args(PriorityClass))}")
+    if not command:
+        raise bad_option("CMD", "give the command to run after --")
+    fields: dict[str, Any] = {"command": command, "cwd": cwd if cwd is not None else os.getcwd()}
+    if gpus is not None:
+        fields["gpus"] = gpus
+    if gpu_milli is not None:
+        fields["gpu_milli"] = gpu_milli
+    if mig is not None:
+        fields["mig"] = mig
+    if gpu_types:
+        fields["gpu_types"] = gpu_types
+    if priority is not None:
+        fields["priority"] = priority
+    if team is not None:
+        fields["team"] = team
+    if project is not None:
+        fields["project"] = project
+    if labels:
+        fields["labels"] = parse_pairs(labels, "--label")
+    if preemptible:
+        fields["preemptible"] = True
+    if checkpoint_dir is not None:
+        fields["checkpoint_dir"] = checkpoint_dir
+    if max_runtime is not None:
+        fields["max_runtime_s"] = parse_duration(max_runtime, "--max-runtime")
+    if estimate is not None:
+        fields["estimated_runtime_s"] = parse_duration(estimate, "--estimate")
+    if cpu is not None:
+        fields["cpu_milli"] = parse_cpu_milli(cpu, "--cpu")
+    if memory is not None:
+        fields["memory_mib"] = parse_size_mib(memory, "--memory")
+    if env:
+        fields["env"] = parse_pairs(env, "--env")
+    if name is not None:
+        fields["name"] = name
+    try:
+        return JobSubmit.model_validate(fields)
+    except ValidationError as e:
+        raise fail(escape(_validation_line(e)), EXIT_INPUT) from None
+
+
+def _finish(job: JobOut, as_json: bool) -> None:
+    """Report a finished job; exit 1 unless it succeeded."""
+    if as_json:
+        emit_json(job)
+    else:
+        extra = f" (exit code {job.exit_code})" if job.exit_code not in (None, 0) else ""
+        reason = f": {job.reason}" if job.reason and job.state != "SUCCEEDED" else ""
+        note(f"job {job.id} {state_text(job.state)}{extra}{reason}")
+    if job.state != "SUCCEEDED":
+        raise typer.Exit(EXIT_JOB_FAILED)
+
+
+def _wait(client: Client, job_id: str, timeout: float | None) -> JobOut:
+    try:
+        return client.wait(job_id, timeout=timeout, poll_interval=1.0)
+    except KeyboardInterrupt:
+        note(f"stopped waiting; the job goes on (gpufleet wait {job_id})")
+        raise typer.Exit(130) from None
+
+
+# ----------------------------------------------------------------------------------------- commands
+
+
+@api_errors
+def submit(
+    command: Annotated[list[str], typer.Argument(help="the command to run, after --", show_default=False)],
+    gpus: Annotated[int | None, typer.Option("--gpus", help="whole GPUs", show_default=False)] = None,
+    gpu_milli: Annotated[
+        int | None, typer.Option("--gpu-milli", help="thousandths of one shared GPU (1-999)", show_default=False)
+    ] = None,
+    mig: Annotated[str | None, typer.Option("--mig", help="a MIG slice, e.g. 1g.10gb")] = None,
+    gpu_type: Annotated[
+        list[str] | None, typer.Option("--gpu-type", help="acceptable GPU model (repeatable)", show_default=False)
+    ] = None,
+    priority: Annotated[
+        str | None, typer.Option("--priority", help="background|low|normal|high|urgent", show_default=False)
+    ] = None,
+    team: Annotated[str | None, typer.Option("--team", help="default: the token's team")] = None,
+    project: Annotated[str | None, typer.Option("--project")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="k=v (repeatable)", show_default=False)] = None,
+    preemptible: Annotated[bool, typer.Option("--preemptible", help="may be preempted (and run on spot)")] = False,
+    checkpoint_dir: Annotated[str | None, typer.Option("--checkpoint-dir", help="kept across restarts")] = None,
+    max_runtime: Annotated[str | None, typer.Option("--max-runtime", help="kill after, e.g. 2h")] = None,
+    estimate: Annotated[str | None, typer.Option("--estimate", help="expected runtime, e.g. 30m (backfill)")] = None,
+    cpu: Annotated[str | None, typer.Option("--cpu", help="cores, e.g. 4 or 500m")] = None,
+    memory: Annotated[str | None, typer.Option("--memory", help="e.g. 16Gi, 512Mi")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="K=V (repeatable)", show_default=False)] = None,
+    name: Annotated[str | None, typer.Option("--name")] = None,
+    cwd: Annotated[str | None, typer.Option("--cwd", help="working directory (default: the current one)")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="wait for the job to end; exit 1 unless it succeeds")] = False,
+    idempotency_key: Annotated[
+        str | None, typer.Option("--idempotency-key", help="resubmitting with the same key returns the same job")
+    ] = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Submit a job: gpufleet submit --gpus 1 -- python train.py --lr 3e-4
+
+    Prints the job id (or, with --json, the job)."""
+    spec = build_spec(
+        command,
+        gpus=gpus,
+        gpu_milli=gpu_milli,
+        mig=mig,
+        gpu_types=gpu_type,
+        priority=priority,
+        team=team,
+        project=project,
+        labels=label,
+        preemptible=preemptible,
+        checkpoint_dir=checkpoint_dir,
+        max_runtime=max_runtime,
+        estimate=estimate,
+        cpu=cpu,
+        memory=memory,
+        env=env,
+        name=name,
+        cwd=cwd,
+    )
+    with make_client(url, token) as client:
+        job = client.submit(spec, idempotency_key=idempotency_key)
+        if not wait:
+            if as_json:
+                emit_json(job)
+            else:
+                typer.echo(job.id)
+            return
+        if not as_json:
+            typer.echo(job.id)
+            note(f"waiting for {job.id} … (Ctrl-C stops waiting, not the job)")
+        _finish(_wait(client, job.id, None), as_json)
+
+
+@api_errors
+def ls(
+    team: Annotated[str | None, typer.Option("--team")] = None,
+    state: Annotated[
+        list[str] | None, typer.Option("--state", help="only these states (repeatable or comma-separated)")
+    ] = None,
+    project: Annotated[str | None, typer.Option("--project")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="k=v (repeatable)", show_default=False)] = None,
+    all_states: Annotated[bool, typer.Option("--all", "-a", help="include jobs that have ended")] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="at most this many jobs")] = 50,
+    as_json: JsonOpt = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """List jobs, newest first (only those not yet ended unless --all or --state)."""
+    states: list[str] | None = None
+    if state:
+        states = [s.strip().upper() for item in state for s in item.split(",") if s.strip()]
+        unknown = [s for s in states if s not in ALL_STATES]
+        if unknown:
+            raise bad_option("--state", f"unknown state {unknown[0]!r} (one of {', '.join(ALL_STATES)})")
+    elif not all_states:
+        states = list(ACTIVE_STATES)
+    labels = parse_pairs(label, "--label")
+    with make_client(url, token) as client:
+        jobs = client.list(team=team, state=states, project=project, labels=labels or None, limit=limit)
+    if as_json:
+        emit_json(jobs)
+    elif not jobs:
+        note("no jobs" + ("" if all_states or state else " running or waiting (--all shows ended ones)"))
+    else:
+        console.print(jobs_table(jobs))
+
+
+@api_errors
+def show(
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    as_json: JsonOpt = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Show a job and its state transitions."""
+    with make_client(url, token) as client:
+        job = client.get(job_id)
+        events = client.events(job_id)
+    if as_json:
+        emit_json({"job": job, "events": events})
+    else:
+        print_job(job, events)
+
+
+@api_errors
+def logs(
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep streaming until the job ends")] = False,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="start at this byte")] = 0,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Print a job's output (stdout and stderr)."""
+    with make_client(url, token) as client:
+        for line in client.logs(job_id, follow=follow, offset=offset):
+            typer.echo(line, nl=False)
+
+
+def cancel(
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB...", help="one or more job ids")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Cancel jobs (a running one is stopped; cancelling an ended job changes nothing).
+
+    Goes on past a job it cannot cancel; the exit code is that of the first failure."""
+    first_failure = 0
+    try:
+        client = make_client(url, token)
+    except GpufleetError as e:
+        raise typer.Exit(report_error(e)) from None
+    with client:
+        for job_id in job_ids:
+            try:
+                job = client.cancel(job_id)
+            except GpufleetError as e:
+                code = report_error(e)
+                first_failure = first_failure or code
+                continue
+            if job.terminal:
+                typer.echo(f"{job.id} {job.state}")
+            else:
+                typer.echo(f"{job.id} cancelling ({job.state.lower()}, being stopped)")
+    if first_failure:
+        raise typer.Exit(first_failure)
+
+
+@api_errors
+def wait(
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    timeout: Annotated[str | None, typer.Option("--timeout", help="give up after, e.g. 30m (exit 7)")] = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Wait for a job to end; exit 0 if it succeeded, 1 otherwise."""
+    seconds = parse_duration(timeout, "--timeout") if timeout is not None else None
+    with make_client(url, token) as client:
+        job = _wait(client, job_id, seconds)
+    _finish(job, as_json)
+
+
+@api_errors
+def queue(
+    team: Annotated[str | None, typer.Option("--team")] = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """The waiting jobs in the order they will start, with why each one waits."""
+    with make_client(url, token) as client:
+        entries = client.queue(team)
+    if as_json:
+        emit_json(entries)
+    elif not entries:
+        note("the queue is empty")
+    else:
+        console.print(queue_table(entries))
+
+
+@api_errors
+def nodes(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """The nodes, their GPUs, what is allocated on them and what they cost."""
+    with make_client(url, token) as client:
+        items = client.nodes()
+    if as_json:
+        emit_json(items)
+    elif not items:
+        note("no nodes")
+    else:
+        console.print(nodes_table(items))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the API client commands (jobs here; teams, tokens, usage, whoami from :mod:`.admin`) to
+    ``app``, and the exit codes to its help."""
+    from gpufleet.cli import admin
+
+    app.command("submit", context_settings={"allow_interspersed_args": False})(submit)
+    for fn in (ls, show, logs, cancel, wait, queue, nodes):
+        app.command(fn.__name__)(fn)
+    admin.register(app)
+    if not app.info.epilog:
+        app.info.epilog = EXIT_CODES_EPILOG
+
+
+__all__ = [
+    "build_spec",
+    "make_client",
+    "parse_cpu_milli",
+    "parse_duration",
+    "parse_pairs",
+    "parse_size_mib",
+    "register",
+]

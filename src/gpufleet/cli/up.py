@@ -1,0 +1,44 @@
+"""``gpufleet up``: start the API server and the controller (the main job)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli.common import console, handle_errors
+
+
+@handle_errors
+def up(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="settings YAML file")] = None,
+    db: Annotated[str | None, typer.Option(help="store URL, e.g. postgresql+psycopg://user@host/db")] = None,
+    host: Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port to listen on (default 8470)")] = None,
+    gpus: Annotated[
+        str | None, typer.Option(help="declare GPUs instead of discovering them with NVML, e.g. 8xA100-80GB")
+    ] = None,
+    home: Annotated[Path | None, typer.Option(help="state directory (default: GPUFLEET_HOME or user data dir)")] = None,
+    node_name: Annotated[str | None, typer.Option(help="this server's node name (default: the host name)")] = None,
+    log_level: Annotated[str | None, typer.Option(help="critical|error|warning|info|debug")] = None,
+) -> None:
+    """Start the API server and the scheduler on this machine (SQLite + local GPUs by default)."""
+    from gpufleet.control.server import build_server
+    from gpufleet.control.settings import load_settings
+
+    settings = load_settings(
+        config, db=db, host=host, port=port, gpus=gpus, home=home, node_name=node_name, log_level=log_level
+    )
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = build_server(settings)
+    nodes = server.controller.backend.inventory()
+    gpu_desc = ", ".join(f"{n.name}: {n.gpu_count}x{n.gpu_model or 'no GPU'}" for n in nodes) or "none"
+    console.print(f"[bold]gpufleet[/] serving on [cyan]{settings.url}[/]  (API docs: {settings.url}/docs)")
+    console.print(f"  store   {server.db.masked_url}")
+    console.print(f"  GPUs    {gpu_desc}")
+    if server.admin_token_path is not None:
+        console.print(f"  token   {server.admin_token_path} (admin; the CLI finds it)")
+    console.print("  try     gpufleet submit --gpus 1 -- python -c 'print(42)'")
+    server.serve()
