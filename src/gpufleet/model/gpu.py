@@ -69,10 +69,21 @@ def _mig(unit_gib: int) -> tuple[MigProfile, ...]:
     )
 
 
+# H200 141GB: NVIDIA's profile names round memory (8 memory slices of ~17.6 GB).
+_H200_MIG = (
+    MigProfile("1g.18gb", 1, 1, 18, (0, 1, 2, 3, 4, 5, 6)),
+    MigProfile("1g.35gb", 1, 2, 35, (0, 2, 4, 6)),
+    MigProfile("2g.35gb", 2, 2, 35, (0, 2, 4)),
+    MigProfile("3g.71gb", 3, 4, 71, (0, 4)),
+    MigProfile("4g.71gb", 4, 4, 71, (0,)),
+    MigProfile("7g.141gb", 7, 8, 141, (0,)),
+)
+
 # Built-in GPU models. openb's G1/G2/G3 are undisclosed models; memory is unknown (0 = unknown).
 GPU_MODELS: dict[str, GpuModel] = {
     m.name: m
     for m in (
+        GpuModel("H200", 141, _H200_MIG, aliases=("H200-141GB",)),
         GpuModel("H100-80GB", 80, _mig(10), aliases=("H100",)),
         GpuModel("A100-80GB", 80, _mig(10)),
         GpuModel("A100-40GB", 40, _mig(5), aliases=("A100",)),
