@@ -10,6 +10,7 @@ from rich.table import Table
 from gpufleet import __version__
 from gpufleet.cli import jobs
 from gpufleet.cli.common import console, handle_errors
+from gpufleet.cli.db import db_app
 from gpufleet.cli.experiment import experiment_app
 from gpufleet.cli.simulate import simulate
 from gpufleet.cli.up import up
@@ -22,6 +23,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("up")(up)
+app.add_typer(db_app, name="db", help="The store's schema: apply migrations, show the current one.")
 app.command("simulate")(simulate)
 app.add_typer(experiment_app, name="experiment", help="Reproducible experiments (e.g. FGD fragmentation).")
 jobs.register(app)  # API client commands: submit, ls, show, logs, cancel, wait, queue, nodes, team, token, ...

@@ -32,6 +32,7 @@ def up(
         config, db=db, host=host, port=port, gpus=gpus, home=home, node_name=node_name, log_level=log_level
     )
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
     server = build_server(settings)
     nodes = server.controller.backend.inventory()
     gpu_desc = ", ".join(f"{n.name}: {n.gpu_count}x{n.gpu_model or 'no GPU'}" for n in nodes) or "none"

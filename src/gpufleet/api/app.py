@@ -1,0 +1,104 @@
+"""The FastAPI application: ``create_app(ctx)``.
+
+Endpoints doing store work are plain ``def`` (run in the threadpool, so a query never blocks the
+event loop); the auth dependency is ``async`` so a cached token costs no thread hop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+import gpufleet
+from gpufleet.api import problems
+from gpufleet.api.auth import TokenCache
+from gpufleet.api.context import ApiContext
+from gpufleet.api.metrics import ApiMetrics, MetricsMiddleware
+from gpufleet.api.routes import jobs, nodes, queue, system, teams, tokens, usage
+from gpufleet.wire import (
+    CostLineOut,
+    FieldError,
+    JobEventOut,
+    JobOut,
+    JobPage,
+    JobSubmit,
+    NodeOut,
+    Problem,
+    QueueEntry,
+    TeamIn,
+    TeamOut,
+    TokenCreate,
+    TokenCreated,
+    TokenOut,
+    UsageReport,
+    WhoAmI,
+)
+
+# Every wire model, so the OpenAPI document describes all of them (SDK generators rely on it).
+WIRE_MODELS = (
+    JobSubmit,
+    JobOut,
+    JobPage,
+    JobEventOut,
+    QueueEntry,
+    NodeOut,
+    TeamIn,
+    TeamOut,
+    TokenCreate,
+    TokenOut,
+    TokenCreated,
+    WhoAmI,
+    CostLineOut,
+    UsageReport,
+    FieldError,
+    Problem,
+)
+
+
+def _version() -> str:
+    return str(getattr(gpufleet, "__version__", "0.1.0"))
+
+
+def create_app(ctx: ApiContext) -> FastAPI:
+    """The REST API over ``ctx`` (one per process; tests make many — nothing global is shared)."""
+    app = FastAPI(
+        title="gpufleet",
+        version=_version(),
+        summary="Cost-aware GPU scheduler: jobs, queue, nodes, teams, tokens and usage",
+        description="Every error is an RFC 9457 problem document (`application/problem+json`).",
+    )
+    app.state.ctx = ctx
+    app.state.token_cache = TokenCache(ctx.auth_cache_s)
+    app.state.metrics = ApiMetrics(ctx)
+    problems.install(app)
+    # Routers carry their full ``/v1/...`` prefix themselves so each route's ``path`` is the
+    # template the metrics label requests with.
+    for module in (jobs, queue, nodes, teams, tokens, usage):
+        app.include_router(module.router)
+    app.include_router(system.v1)
+    app.include_router(system.root)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                summary=app.summary,
+                description=app.description,
+                routes=app.routes,
+            )
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in WIRE_MODELS:
+                if model.__name__ not in components:
+                    sub = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                    for name, d in sub.pop("$defs", {}).items():
+                        components.setdefault(name, d)
+                    components[model.__name__] = sub
+            app.openapi_schema = problems.document_problems(schema)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,41 @@
+"""What the API needs from the process that hosts it (the server wires it; tests build their own)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpufleet.clock import Clock, WallClock
+from gpufleet.store.db import Database
+
+
+def _always_ready() -> bool:
+    return True
+
+
+@dataclass
+class ApiContext:
+    """Dependencies of the API.
+
+    - ``database``: the store;
+    - ``logs_dir``: where a job's output lives, as ``<logs_dir>/<job_id>.log``;
+    - ``clock``: the wall clock in production; a fixed clock in tests;
+    - ``wake``: called after a submit or a cancel so an in-process controller runs a cycle now
+      instead of waiting for its next tick (None: nothing to wake);
+    - ``ready``: whether the process is ready to serve (``/readyz``), besides the store answering;
+    - ``auth_cache_s``: how long a successful token lookup is trusted without asking the store (a
+      revoked token keeps working on other replicas for at most this long);
+    - ``log_poll_s``: how often a followed log is polled for new bytes.
+    """
+
+    database: Database
+    logs_dir: Path
+    clock: Clock = field(default_factory=WallClock)
+    wake: Callable[[], None] | None = None
+    ready: Callable[[], bool] = _always_ready
+    auth_cache_s: float = 5.0
+    log_poll_s: float = 0.2
+
+    def log_path(self, job_id: str) -> Path:
+        return self.logs_dir / f"{job_id}.log"

@@ -1,0 +1,276 @@
+"""``/v1/jobs``: submit (idempotent), list, get, cancel, events and logs."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncIterator, Iterator
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session
+
+from gpufleet.api.auth import Principal, job_not_found, require_visible, require_writer
+from gpufleet.api.context import ApiContext
+from gpufleet.api.deps import AUTHED, READ_ONE, WRITE_ONE, Caller, Ctx, Metrics
+from gpufleet.api.problems import input_at
+from gpufleet.api.render import event_out, job_out
+from gpufleet.control.submit import prepare_submit
+from gpufleet.errors import ConflictError, InputError, NotFoundError
+from gpufleet.model.job import JobState
+from gpufleet.store import repo
+from gpufleet.store.models import JobRow
+from gpufleet.wire import JobEventOut, JobOut, JobPage, JobSubmit
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+_CHUNK = 64 * 1024
+_TERMINAL = frozenset(s.value for s in JobState if s.terminal)
+_WAITING = frozenset({JobState.PENDING.value, JobState.PREEMPTED.value})  # not holding resources
+_CURSOR_PREFIX = "s1:"
+
+
+def encode_cursor(seq: int) -> str:
+    """An opaque cursor (clients must not build them; the format may change)."""
+    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{seq}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if not raw.startswith(_CURSOR_PREFIX):
+            raise ValueError(raw)
+        seq = int(raw[len(_CURSOR_PREFIX) :])
+        if seq < 0:
+            raise ValueError(raw)
+        return seq
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise InputError(
+            "not a cursor this server issued (pass next_cursor from the previous page unchanged)", field="query.cursor"
+        ) from None
+
+
+def _visible_job(s: Session, who: Principal, job_id: str) -> JobRow:
+    """The job, or the same 404 whether it is missing or another team's."""
+    try:
+        row = repo.get_job(s, job_id)
+    except NotFoundError:
+        raise job_not_found(job_id) from None
+    require_visible(who, row.team, job_id)
+    return row
+
+
+def _wake(ctx: ApiContext) -> None:
+    if ctx.wake is not None:
+        ctx.wake()
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobOut,
+    responses={
+        **WRITE_ONE,
+        200: {"model": JobOut, "description": "A replay: the job created by an earlier request with this key"},
+    },
+    summary="Submit a job",
+)
+def submit_job(
+    body: JobSubmit,
+    response: Response,
+    ctx: Ctx,
+    who: Caller,
+    metrics: Metrics,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
+) -> JobOut:
+    """Queue a job. With an ``Idempotency-Key`` a retried submit returns the job the first one
+    created (200) instead of creating another; the same key with a different body is a 409."""
+    with input_at("body"):
+        prepared = prepare_submit(body, caller_team=who.team, caller_role=who.role)
+    now = ctx.clock.now()
+    with ctx.database.session() as s:
+        row, created = repo.submit_job(
+            s,
+            prepared.fields,
+            team=prepared.team,
+            submitted_by=who.token_id,
+            idempotency_key=idempotency_key,
+            request_sha256=prepared.request_sha256,
+            now=now,
+        )
+        out = job_out(row)
+    if created:
+        metrics.submits.labels(prepared.team).inc()
+        _wake(ctx)
+    else:
+        response.status_code = 200
+    return out
+
+
+def _labels(raw: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for i, item in enumerate(raw):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"a label filter is key=value, got '{item}'", field=f"query.label[{i}]")
+        out[key] = value
+    return out
+
+
+def _states(raw: list[str]) -> list[str]:
+    out = []
+    for i, item in enumerate(raw):
+        name = item.strip().upper()
+        if name not in JobState.__members__:
+            raise InputError(
+                f"unknown job state '{item}' (known: {', '.join(JobState.__members__)})", field=f"query.state[{i}]"
+            )
+        out.append(name)
+    return out
+
+
+@router.get("", response_model=JobPage, responses=AUTHED, summary="List jobs")
+def list_jobs(
+    ctx: Ctx,
+    who: Caller,
+    team: Annotated[str | None, Query(max_length=63)] = None,
+    state: Annotated[list[str] | None, Query(description="repeat for several states")] = None,
+    project: Annotated[str | None, Query(max_length=255)] = None,
+    label: Annotated[list[str] | None, Query(description="key=value; repeat to require several")] = None,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> JobPage:
+    """Jobs newest first (keyset pages on submit order); a token other than admin sees only its team's jobs."""
+    states = _states(state or [])
+    labels = _labels(label or [])
+    after = decode_cursor(cursor) if cursor else None
+    if who.is_admin:
+        teams = [team] if team else None
+    elif team and team != who.team:
+        return JobPage(items=[], next_cursor=None)  # another team's jobs: as if there were none
+    else:
+        teams = [who.team]
+    with ctx.database.session(readonly=True) as s:
+        rows, next_seq = repo.list_jobs(
+            s, teams=teams, states=states or None, project=project, labels=labels or None, cursor=after, limit=limit
+        )
+        items = [job_out(r) for r in rows]
+    return JobPage(items=items, next_cursor=None if next_seq is None else encode_cursor(next_seq))
+
+
+@router.get("/{job_id}", response_model=JobOut, responses=READ_ONE, summary="Get a job")
+def get_job(job_id: str, ctx: Ctx, who: Caller) -> JobOut:
+    with ctx.database.session(readonly=True) as s:
+        return job_out(_visible_job(s, who, job_id))
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobOut,
+    responses={**WRITE_ONE, 202: {"model": JobOut, "description": "Being stopped; the controller ends it"}},
+    summary="Cancel a job",
+)
+def cancel_job(job_id: str, response: Response, ctx: Ctx, who: Caller) -> JobOut:
+    """A waiting job is cancelled at once (200); an admitted or running one is asked to stop (202,
+    ``cancel_requested``) and turns CANCELLED when the controller has stopped it; an ended job is a 409."""
+    now = ctx.clock.now()
+    with ctx.database.session() as s:
+        row = _visible_job(s, who, job_id)
+        require_writer(who)
+        if row.state in _TERMINAL:
+            raise ConflictError(f"job {job_id} already ended ({row.state}); nothing to cancel")
+        if row.state in _WAITING:
+            try:
+                repo.transition(s, row, JobState.CANCELLED.value, f"cancelled by {who.token_id}", now)
+            except ConflictError:  # the controller admitted it meanwhile: ask it to stop instead
+                row = repo.request_cancel(s, job_id, now)
+        else:
+            row = repo.request_cancel(s, job_id, now)
+        out = job_out(row)
+    if out.state != JobState.CANCELLED.value:
+        response.status_code = 202
+    _wake(ctx)
+    return out
+
+
+@router.get("/{job_id}/events", response_model=list[JobEventOut], responses=READ_ONE, summary="A job's events")
+def job_events(job_id: str, ctx: Ctx, who: Caller) -> list[JobEventOut]:
+    with ctx.database.session(readonly=True) as s:
+        _visible_job(s, who, job_id)
+        return [event_out(e) for e in repo.job_events(s, job_id)]
+
+
+def _read_from(ctx: ApiContext, job_id: str, offset: int) -> bytes:
+    """Up to one chunk of the job's log from ``offset`` (empty when there is none yet)."""
+    try:
+        with ctx.log_path(job_id).open("rb") as f:
+            f.seek(offset)
+            return f.read(_CHUNK)
+    except FileNotFoundError:
+        return b""
+
+
+def _job_state(ctx: ApiContext, job_id: str) -> str:
+    with ctx.database.session(readonly=True) as s:
+        return repo.get_job(s, job_id).state
+
+
+@router.get(
+    "/{job_id}/logs",
+    response_class=StreamingResponse,
+    responses={
+        **READ_ONE,
+        200: {
+            "description": "The log's bytes from `offset`",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+    },
+    summary="A job's output",
+)
+def job_logs(
+    job_id: str,
+    request: Request,
+    ctx: Ctx,
+    who: Caller,
+    offset: Annotated[int, Query(ge=0, le=2**62, description="byte offset to start from")] = 0,
+    follow: Annotated[bool, Query(description="keep streaming until the job has ended")] = False,
+) -> StreamingResponse:
+    """The job's output (stdout and stderr) from byte ``offset``. With ``follow=true`` the stream
+    stays open, sending new bytes as they are written, until the job has ended and its log is
+    drained (or the client goes away)."""
+    with ctx.database.session(readonly=True) as s:
+        row = _visible_job(s, who, job_id)
+        terminal = row.state in _TERMINAL
+
+    def once() -> Iterator[bytes]:
+        pos = offset
+        while chunk := _read_from(ctx, job_id, pos):
+            pos += len(chunk)
+            yield chunk
+
+    async def follow_stream() -> AsyncIterator[bytes]:
+        pos = offset
+        ended = terminal
+        while True:
+            chunk = await anyio.to_thread.run_sync(_read_from, ctx, job_id, pos)
+            if chunk:
+                pos += len(chunk)
+                yield chunk
+                continue
+            if ended:  # drained after the job ended: done
+                return
+            if await request.is_disconnected():
+                return
+            await anyio.sleep(ctx.log_poll_s)
+            try:
+                state = await anyio.to_thread.run_sync(_job_state, ctx, job_id)
+            except NotFoundError:
+                return
+            ended = state in _TERMINAL  # one more read drains what was written before the end
+
+    body = follow_stream() if follow and not terminal else once()
+    return StreamingResponse(
+        body, media_type="text/plain; charset=utf-8", headers={"X-Content-Type-Options": "nosniff"}
+    )

@@ -1,0 +1,127 @@
+"""``/v1/teams``: teams, their quotas and what they use now; admins set quotas with PUT."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.api.auth import require_admin
+from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, Caller, Ctx
+from gpufleet.errors import InputError, NotFoundError
+from gpufleet.model.gpu import MILLI, canonical_gpu_name
+from gpufleet.store import repo
+from gpufleet.store.models import JobRow, NodeRow, QuotaRow, RunRow, Team
+from gpufleet.wire import NAME, TeamIn, TeamOut
+
+router = APIRouter(prefix="/v1/teams", tags=["teams"])
+
+TeamName = Annotated[str, Path(pattern=NAME, max_length=63)]
+
+
+def _used(s: Session, teams: list[str] | None) -> dict[str, dict[str, float]]:
+    """team → GPU model → GPU-equivalents held by its running jobs (one join)."""
+    q = select(JobRow.team, RunRow.node, RunRow.placement).join(JobRow, JobRow.id == RunRow.job_id)
+    q = q.where(RunRow.ended_at.is_(None))
+    if teams is not None:
+        q = q.where(JobRow.team.in_(teams))
+    rows = s.execute(q).all()
+    if not rows:
+        return {}
+    models = {name: model for name, model in s.execute(select(NodeRow.name, NodeRow.gpu_model))}
+    used: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for team, node, placement in rows:
+        for pod in placement or ():
+            n = str(pod.get("node", node))
+            gpus = len(pod.get("gpus") or ()) * float(pod.get("milli", MILLI)) / MILLI
+            if gpus:
+                used[team][models.get(n, "") or "unknown"] += gpus
+    return {t: {m: round(v, 3) for m, v in per.items()} for t, per in used.items()}
+
+
+def _quotas(s: Session, teams: list[str] | None) -> dict[str, dict[str, float]]:
+    q = select(QuotaRow.team, QuotaRow.gpu_model, QuotaRow.nominal_milli)
+    if teams is not None:
+        q = q.where(QuotaRow.team.in_(teams))
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for team, model, milli in s.execute(q):
+        out[team][model] = milli / MILLI
+    return out
+
+
+def _team_out(t: Team, quotas: dict[str, float], used: dict[str, float]) -> TeamOut:
+    return TeamOut(
+        name=t.name,
+        weight=t.weight,
+        cohort=t.cohort,
+        borrowing_limit_gpus=None if t.borrowing_limit_milli is None else t.borrowing_limit_milli / MILLI,
+        quota_gpus=quotas,
+        used_gpus=used,
+    )
+
+
+def _render(s: Session, teams: list[Team]) -> list[TeamOut]:
+    names = [t.name for t in teams]
+    quotas, used = _quotas(s, names), _used(s, names)
+    return [_team_out(t, quotas.get(t.name, {}), used.get(t.name, {})) for t in teams]
+
+
+@router.get("", response_model=list[TeamOut], responses=AUTHED, summary="List teams")
+def list_teams(ctx: Ctx, who: Caller) -> list[TeamOut]:
+    """All teams for an admin; one's own team otherwise."""
+    with ctx.database.session(readonly=True) as s:
+        teams = list(repo.list_teams(s))
+        if not who.is_admin:
+            teams = [t for t in teams if t.name == who.team]
+        return _render(s, teams)
+
+
+def _not_found(name: str) -> NotFoundError:
+    return NotFoundError(f"no team '{name}'")
+
+
+@router.get("/{name}", response_model=TeamOut, responses=READ_ONE, summary="Get a team")
+def get_team(name: TeamName, ctx: Ctx, who: Caller) -> TeamOut:
+    if not who.sees_team(name):
+        raise _not_found(name)
+    with ctx.database.session(readonly=True) as s:
+        try:
+            team = repo.get_team(s, name)
+        except NotFoundError:
+            raise _not_found(name) from None
+        return _render(s, [team])[0]
+
+
+def _quota_milli(quota_gpus: dict[str, float]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for model, gpus in quota_gpus.items():
+        canon = "*" if model == "*" else canonical_gpu_name(model)
+        if canon is None:
+            raise InputError(f"unknown GPU model '{model}' (or '*' for any)", field=f"body.quota_gpus.{model}")
+        out[canon] = round(gpus * MILLI)
+    return out
+
+
+@router.put("/{name}", response_model=TeamOut, responses={**ADMIN, **READ_ONE}, summary="Create or update a team")
+def put_team(name: TeamName, body: TeamIn, ctx: Ctx, who: Caller) -> TeamOut:
+    """Set a team's weight, cohort, borrowing limit and quotas (GPUs per model, ``*`` for any);
+    the quotas given replace the team's quotas."""
+    require_admin(who)
+    quotas = _quota_milli(body.quota_gpus)
+    now = ctx.clock.now()
+    with ctx.database.session() as s:
+        team = repo.upsert_team(
+            s,
+            name,
+            weight=body.weight,
+            cohort=body.cohort,
+            borrowing_limit_milli=None
+            if body.borrowing_limit_gpus is None
+            else round(body.borrowing_limit_gpus * MILLI),
+            quotas_milli=quotas,
+            now=now,
+        )
+        return _render(s, [team])[0]

@@ -1,0 +1,59 @@
+"""``gpufleet db``: the store's schema (Alembic migrations shipped with gpufleet).
+
+The server migrates its store on start; these commands are for operators who migrate ahead of a
+rollout (e.g. a Kubernetes init job against PostgreSQL) or want to see where a store stands.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli.common import console, handle_errors
+
+db_app = typer.Typer(no_args_is_help=True, help="The store's schema: apply migrations, show the current one.")
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="SQLAlchemy URL of the store (sqlite:///path or postgresql+psycopg://...); "
+        "default: $GPUFLEET_DB or the server's SQLite file",
+        show_default=False,
+    ),
+]
+
+
+@db_app.command()
+@handle_errors
+def upgrade(db: DbOption = None) -> None:
+    """Apply the migrations up to the newest (safe to run again, and from several replicas)."""
+    from gpufleet.store.db import Database, default_db_url
+
+    database = Database(db or default_db_url())
+    try:
+        before = database.current_revision()
+        database.upgrade()
+        after = database.current_revision()
+    finally:
+        database.dispose()
+    if before == after:
+        console.print(f"{database.masked_url}: already at {after}", highlight=False)
+    else:
+        console.print(f"{database.masked_url}: upgraded {before or '(empty)'} → {after}", highlight=False)
+
+
+@db_app.command()
+@handle_errors
+def current(db: DbOption = None) -> None:
+    """Show the schema revision of the store and the newest this gpufleet ships."""
+    from gpufleet.store.db import Database, default_db_url
+
+    database = Database(db or default_db_url())
+    try:
+        rev, head = database.current_revision(), database.head_revision()
+    finally:
+        database.dispose()
+    state = "up to date" if rev == head else "needs 'gpufleet db upgrade'"
+    console.print(f"{database.masked_url}: {rev or '(empty)'} (head {head}; {state})", highlight=False)

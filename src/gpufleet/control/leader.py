@@ -1,0 +1,121 @@
+"""Leader election: of several replicas sharing a store, exactly one schedules.
+
+- PostgreSQL: a session-level advisory lock held on a dedicated connection. When the leader dies
+  its connection closes, PostgreSQL drops the lock, and the next replica that tries takes it
+  (replicas try every second, so a new leader takes over within seconds).
+- SQLite: an exclusive ``flock`` on a file next to the database (replicas share one machine).
+
+``still_held`` is checked before every scheduling step; a leader that lost its lock stops
+scheduling at once and rebuilds its state from the store if it becomes leader again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import Connection, Engine, text
+
+log = logging.getLogger(__name__)
+
+# pg_advisory_lock key: the first 8 bytes of sha1("gpufleet-scheduler"), as a signed bigint
+LOCK_KEY = 0x5E7A_61C2_D2B9_04F1 - (1 << 63)
+
+
+class Leadership(Protocol):
+    def try_acquire(self) -> bool: ...
+
+    def still_held(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class FileLeadership:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        if self._fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def still_held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+class PgLeadership:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._conn: Connection | None = None
+
+    def try_acquire(self) -> bool:
+        if self._conn is not None:
+            return self.still_held()
+        try:
+            conn = self.engine.connect()
+        except Exception as e:  # the store is down: not leader, try again later
+            log.warning("leader election: cannot connect: %s", e)
+            return False
+        try:
+            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_KEY}).scalar())
+            conn.commit()
+        except Exception as e:
+            log.warning("leader election failed: %s", e)
+            conn.close()
+            return False
+        if not got:
+            conn.close()
+            return False
+        self._conn = conn
+        return True
+
+    def still_held(self) -> bool:
+        if self._conn is None:
+            return False
+        try:
+            self._conn.execute(text("SELECT 1"))
+            self._conn.commit()
+            return True
+        except Exception as e:
+            log.error("lost the leader lock's connection: %s", e)
+            self._drop()
+            return False
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.invalidate()
+                self._conn.close()
+            except Exception:  # already broken
+                pass
+            self._conn = None
+
+    def release(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
+            self._conn.commit()
+            self._conn.close()
+        except Exception:  # the session ends anyway, which drops the lock
+            self._drop()
+        self._conn = None

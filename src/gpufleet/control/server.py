@@ -1,0 +1,127 @@
+"""``gpufleet up``: the API server and the controller in one process.
+
+Start-up: migrate the store, seed the teams of the settings, create the single-user admin token
+(``<home>/admin.token``, mode 0600) on first start, build the local backend, start the controller
+thread (it competes for leadership), and serve the API with uvicorn until SIGINT/SIGTERM. Stopping
+the server never stops jobs: the next start adopts them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpufleet.backends.local import LocalBackend
+from gpufleet.clock import WallClock
+from gpufleet.control.controller import Controller, ControllerConfig
+from gpufleet.control.settings import Settings
+from gpufleet.model.gpu import MILLI, canonical_gpu_name
+from gpufleet.sdk.config import write_private_file
+from gpufleet.store import repo
+from gpufleet.store.db import Database
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+log = logging.getLogger(__name__)
+
+ADMIN_TOKEN_FILE = "admin.token"
+SERVER_FILE = "server.json"
+DEFAULT_TEAM = "default"
+
+
+@dataclass
+class Server:
+    settings: Settings
+    db: Database
+    controller: Controller
+    admin_token_path: Path | None
+
+    def app(self) -> FastAPI:
+        from gpufleet.api.app import create_app
+        from gpufleet.api.context import ApiContext
+
+        return create_app(
+            ApiContext(
+                database=self.db,
+                logs_dir=self.settings.home / "logs",
+                clock=WallClock(),
+                wake=self.controller.wake,
+                ready=self.controller.ready,
+            )
+        )
+
+    def serve(self) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(
+            self.app(),
+            host=self.settings.host,
+            port=self.settings.port,
+            log_level=self.settings.log_level,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+        server = uvicorn.Server(config)
+        self.controller.start()
+        try:
+            server.run()
+        finally:
+            self.controller.stop()
+            self.db.dispose()
+
+
+def seed_teams(db: Database, settings: Settings, now: float) -> None:
+    """Teams of the settings file: created or updated (the file wins for the teams it names)."""
+    with db.session() as s:
+        repo.ensure_team(s, DEFAULT_TEAM, now)
+        for name, t in settings.scheduler.teams.items():
+            quotas = None
+            if t.quota is not None:
+                quotas = {(k if k == "*" else canonical_gpu_name(k) or k): round(g * MILLI) for k, g in t.quota.items()}
+            limit = None if t.borrowing_limit is None else round(t.borrowing_limit * MILLI)
+            repo.upsert_team(
+                s, name, weight=t.weight, cohort=t.cohort, borrowing_limit_milli=limit, quotas_milli=quotas, now=now
+            )
+
+
+def ensure_admin_token(db: Database, home: Path, now: float) -> Path:
+    """The single-user admin token: kept while it still authenticates, else created and written
+    to ``<home>/admin.token`` readable only by its owner."""
+    path = home / ADMIN_TOKEN_FILE
+    if path.exists():
+        secret = path.read_text().strip()
+        with db.session() as s:
+            if repo.authenticate(s, secret, now) is not None:
+                return path
+    with db.session() as s:
+        repo.ensure_team(s, DEFAULT_TEAM, now)
+        _, secret = repo.create_token(s, team=DEFAULT_TEAM, role="admin", name="single-user admin", now=now)
+    write_private_file(path, secret + "\n")
+    return path
+
+
+def build_server(settings: Settings) -> Server:
+    home = settings.home
+    home.mkdir(parents=True, exist_ok=True)
+    now = WallClock().now()
+    db = Database(settings.db_url)
+    db.upgrade()
+    seed_teams(db, settings, now)
+    token_path = ensure_admin_token(db, home, now) if settings.single_user else None
+    backend = LocalBackend(home, node_name=settings.node_name, gpus=settings.gpus, default_grace_s=settings.grace_s)
+    config = ControllerConfig(
+        poll_interval_s=settings.poll_interval_s,
+        cycle_interval_s=settings.cycle_interval_s,
+        grace_s=settings.grace_s,
+        telemetry_interval_s=settings.telemetry_interval_s,
+        node_price_usd_per_hour=settings.node_price_usd_per_hour,
+    )
+    if settings.replica:
+        config.replica = settings.replica
+    controller = Controller(db, backend, settings.scheduler, config)
+    write_private_file(home / SERVER_FILE, json.dumps({"url": settings.url}) + "\n")
+    return Server(settings, db, controller, token_path)

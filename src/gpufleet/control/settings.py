@@ -1,0 +1,104 @@
+"""Settings of the control plane (``gpufleet up``): a YAML file, ``GPUFLEET_*`` environment
+variables and command-line flags, validated with pydantic-settings.
+
+Precedence, highest first: command-line flags, environment (``GPUFLEET_PORT=9000``, nested with
+``__``: ``GPUFLEET_SCHEDULER__BACKFILL=strict``), the YAML file (``--config``), the defaults. With
+no file and no variables gpufleet runs on the embedded defaults: a SQLite store and the local
+backend under ``GPUFLEET_HOME`` (the user's data directory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from gpufleet.config import format_validation_error
+from gpufleet.errors import ConfigError
+from gpufleet.scheduling.profile import Profile
+from gpufleet.sdk.config import DEFAULT_PORT, home_dir
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUFLEET_", env_nested_delimiter="__", extra="forbid")
+
+    home: Path = Field(default_factory=home_dir)  # store, logs, run state, admin token
+    db: str | None = None  # SQLAlchemy URL; None: sqlite:///<home>/gpufleet.db
+    host: str = "127.0.0.1"
+    port: int = Field(DEFAULT_PORT, ge=1, le=65535)
+    # GPUs: None = discover with NVML (none if no driver); or declared, e.g. "8xA100-80GB", "4xH100:mig"
+    gpus: str | None = None
+    node_name: str | None = None
+    node_price_usd_per_hour: float | None = Field(None, ge=0)  # None: from the price catalog
+    scheduler: Profile = Field(default_factory=Profile)
+    poll_interval_s: float = Field(0.2, gt=0, le=10)  # backend and store polling
+    cycle_interval_s: float = Field(2.0, gt=0, le=300)  # a cycle at least this often while jobs wait
+    grace_s: float = Field(30.0, ge=0, le=3600)  # SIGTERM → SIGKILL on preemption and cancel
+    telemetry_interval_s: float = Field(10.0, gt=0)
+    single_user: bool = True  # create an admin token in <home>/admin.token on first start
+    replica: str | None = None  # this replica's name (default: host:pid)
+    log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$")
+
+    @field_validator("db")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("sqlite", "postgresql")):
+            raise ValueError("db must be a sqlite:/// or postgresql+psycopg:// URL")
+        return v
+
+    @property
+    def db_url(self) -> str:
+        return self.db or f"sqlite:///{self.home / 'gpufleet.db'}"
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror}", source=str(path)) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(
+            f"not valid YAML: {getattr(e, 'problem', e)}",
+            source=str(path),
+            line=None if mark is None else mark.line + 1,
+        ) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError("the settings file must be a mapping", source=str(path))
+    return data
+
+
+def load_settings(config: Path | str | None = None, **flags: Any) -> Settings:
+    """Settings from flags (``None`` values are ignored), the environment and an optional YAML file."""
+    file_data = _read_yaml(Path(config)) if config is not None else {}
+    source = f"{config} / GPUFLEET_* environment" if config is not None else "GPUFLEET_* environment / flags"
+
+    class _FromFile(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (init_settings, env_settings, InitSettingsSource(settings_cls, file_data))
+
+    given: Mapping[str, Any] = {k: v for k, v in flags.items() if v is not None}
+    try:
+        s = _FromFile(**given)
+    except ValidationError as e:
+        raise format_validation_error(e, source) from None
+    return Settings.model_construct(**{name: getattr(s, name) for name in Settings.model_fields})

@@ -1,0 +1,141 @@
+"""Turn a :class:`wire.JobSubmit` from a caller into the fields of a stored job.
+
+Shared by every way of submitting (REST API, CLI, SDK in-process) so they validate alike. Free of
+FastAPI: errors are :class:`InputError` (naming the field, e.g. ``gpu_types[1]``) and
+:class:`PermissionDeniedError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.errors import InputError, PermissionDeniedError
+from gpufleet.model.gpu import GPU_MODELS, MILLI, canonical_gpu_name
+from gpufleet.model.job import PRIORITY_CLASSES
+from gpufleet.wire import JobSubmit, Role
+
+_MAX_NAME = 255
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSubmit:
+    """What to store: the team the job belongs to, its fields, and the hash of the request (two
+    submits with the same idempotency key must carry the same hash)."""
+
+    team: str
+    fields: dict[str, Any]
+    request_sha256: str
+
+
+def request_hash(body: JobSubmit) -> str:
+    """SHA-256 of the canonical JSON of the request (sorted keys, no spaces, defaults filled in),
+    so that a retry with the same content in another key order or spelling hashes the same."""
+    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def resolve_team(body: JobSubmit, *, caller_team: str, caller_role: Role) -> str:
+    """The team to submit to: the body's, defaulting to the caller's. Members submit only to their
+    own team; viewers not at all."""
+    if caller_role is Role.VIEWER:
+        raise PermissionDeniedError("a viewer token cannot submit jobs")
+    team = body.team or caller_team
+    if caller_role is not Role.ADMIN and team != caller_team:
+        raise PermissionDeniedError(f"a {caller_role.value} of team '{caller_team}' cannot submit to team '{team}'")
+    return team
+
+
+def default_name(command: list[str]) -> str:
+    """A readable default job name: the program's base name and its first arguments."""
+    prog = command[0].rstrip("/").rsplit("/", 1)[-1] or command[0]
+    text = shlex.join([prog, *command[1:]])
+    return text if len(text) <= 63 else text[:60] + "..."
+
+
+def _gpu_types(body: JobSubmit) -> list[str]:
+    out: list[str] = []
+    for i, name in enumerate(body.gpu_types):
+        canon = canonical_gpu_name(name)
+        if canon is None:
+            raise InputError(f"unknown GPU type '{name}' (known: {', '.join(GPU_MODELS)})", field=f"gpu_types[{i}]")
+        if canon not in out:
+            out.append(canon)
+    return out
+
+
+def _mig(profile: str, types: list[str]) -> tuple[int, list[str]]:
+    """The slice's milli-GPU share and the GPU models that offer ``profile``."""
+    offering = [m.name for m in GPU_MODELS.values() if m.mig_profile(profile) is not None]
+    if not offering:
+        known = sorted({p.name for m in GPU_MODELS.values() for p in m.mig_profiles})
+        raise InputError(f"unknown MIG profile '{profile}' (known: {', '.join(known)})", field="mig")
+    if types:
+        for i, name in enumerate(types):
+            if name not in offering:
+                raise InputError(
+                    f"GPU type {name} has no MIG profile '{profile}' (offered by: {', '.join(offering)})",
+                    field=f"gpu_types[{i}]",
+                )
+        offering = types
+    slice_ = GPU_MODELS[offering[0]].mig_profile(profile)
+    assert slice_ is not None
+    return slice_.milli, offering
+
+
+def prepare_submit(body: JobSubmit, *, caller_team: str, caller_role: Role) -> PreparedSubmit:
+    """Validate ``body`` for the caller and map it to store fields (:class:`JobRow` columns).
+
+    GPU shape: ``gpus`` whole GPUs (``gpu_milli`` 1000); a fraction is one GPU with ``gpu_milli``
+    < 1000; a MIG slice is one GPU with ``mig_profile`` set, ``gpu_milli`` its share and, when no
+    GPU types are given, the types that offer the profile.
+    """
+    team = resolve_team(body, caller_team=caller_team, caller_role=caller_role)
+    if body.priority not in PRIORITY_CLASSES:  # the wire type already limits it; keep the rule here too
+        raise InputError(f"unknown priority class '{body.priority}'", field="priority")
+    types = _gpu_types(body)
+    gpus, milli, mig = body.gpus, MILLI, None
+    if body.mig is not None:
+        milli, types = _mig(body.mig, types)
+        gpus, mig = 1, body.mig
+    elif body.gpu_milli is not None:
+        gpus, milli = 1, body.gpu_milli
+    if body.min_gpu_memory_gib > 0 and types:
+        need = body.min_gpu_memory_gib
+        roomy = [t for t in types if GPU_MODELS[t].memory_gib in (0, None) or GPU_MODELS[t].memory_gib >= need]
+        if not roomy:
+            raise InputError(
+                f"none of the GPU types {', '.join(types)} has {body.min_gpu_memory_gib:g} GiB",
+                field="min_gpu_memory_gib",
+            )
+    if gpus == 0 and body.gpu_types:
+        raise InputError("gpu_types given for a job that asks for no GPU (set gpus)", field="gpu_types")
+    if any(not part for part in body.command[:1]):
+        raise InputError("the program (command[0]) is empty", field="command[0]")
+    name = body.name.strip() or default_name(body.command)
+    fields: dict[str, Any] = {
+        "name": name[:_MAX_NAME],
+        "project": body.project,
+        "namespace": body.namespace or "default",
+        "experiment": body.experiment,
+        "labels": dict(body.labels),
+        "priority_class": body.priority,
+        "command": list(body.command),
+        "env": dict(body.env),
+        "cwd": body.cwd,
+        "gpus": gpus,
+        "gpu_milli": milli,
+        "mig_profile": mig,
+        "gpu_types": types,
+        "min_gpu_memory_gib": body.min_gpu_memory_gib,
+        "cpu_milli": body.cpu_milli,
+        "memory_mib": body.memory_mib,
+        "preemptible": body.preemptible,
+        "checkpoint_dir": body.checkpoint_dir,
+        "max_runtime_s": body.max_runtime_s,
+        "estimated_runtime_s": body.estimated_runtime_s,
+    }
+    return PreparedSubmit(team, fields, request_hash(body))

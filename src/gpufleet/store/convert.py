@@ -1,0 +1,132 @@
+"""Rows to model objects and back.
+
+The scheduler and the cost engine work on :mod:`gpufleet.model` dataclasses; the store keeps flat
+rows. These functions are the only place that knows how one maps to the other, so the controller's
+loader, the API and the ledger agree (e.g. on what a MIG request's ``milli`` is).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any
+
+from gpufleet.cost.ledger import SHARE_UNITS, gpu_share
+from gpufleet.errors import InputError
+from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MILLI, gpu_model
+from gpufleet.model.job import GpuRequest, Job, JobSpec, JobState, PodPlacement
+from gpufleet.model.node import CapacityType, Node, SharingMode
+from gpufleet.store.models import JobRow, NodeRow
+
+_MIG_SLICES = re.compile(r"^(\d+)g\.")
+
+
+def mig_milli(profile: str, gpu_types: Iterable[str] = ()) -> int:
+    """Milli-GPU of a MIG slice: its share of the first allowed GPU model that has the profile,
+    else ``1000 * k / 7`` (rounded) from the profile's name ``<k>g.<mem>gb``."""
+    for name in gpu_types:
+        p = gpu_model(name).mig_profile(profile)
+        if p is not None:
+            return p.milli
+    m = _MIG_SLICES.match(profile)
+    if m is None or not 1 <= int(m.group(1)) <= MIG_COMPUTE_SLICES:
+        raise InputError(f"not a MIG profile name: '{profile}' (expected e.g. 1g.10gb)", field="mig")
+    return round(MILLI * int(m.group(1)) / MIG_COMPUTE_SLICES)
+
+
+def gpu_request_from_row(row: JobRow) -> GpuRequest:
+    """What one pod of the job asks of GPUs (see :class:`GpuRequest` for the three shapes)."""
+    if row.mig_profile:
+        return GpuRequest(count=1, milli=mig_milli(row.mig_profile, row.gpu_types), mig_profile=row.mig_profile)
+    if row.gpus <= 0:
+        return GpuRequest(count=0)
+    if row.gpu_milli < MILLI:
+        return GpuRequest(count=1, milli=row.gpu_milli)
+    return GpuRequest(count=row.gpus, milli=MILLI)
+
+
+def pod_share_units(row: JobRow, gpu_model_name: str) -> int:
+    """GPU share (1/7000 GPU) one pod of the job holds on a node of ``gpu_model_name``: whole GPUs
+    ``gpus * 7000``, a fraction ``milli * 7``, a MIG slice its compute slices / 7 of the node's
+    model (falling back to the profile name when the node's model does not list it)."""
+    req = gpu_request_from_row(row)
+    if req.count == 0:
+        return 0
+    if req.mig_profile is not None:
+        if gpu_model(gpu_model_name).mig_profile(req.mig_profile) is None:
+            m = _MIG_SLICES.match(req.mig_profile)
+            k = int(m.group(1)) if m else MIG_COMPUTE_SLICES
+            return k * MILLI
+        share = gpu_share(req, gpu_model_name)
+    else:
+        share = Fraction(req.count * req.milli, MILLI)
+    return int(share * SHARE_UNITS)
+
+
+def job_spec_from_row(row: JobRow) -> JobSpec:
+    return JobSpec(
+        name=row.name,
+        team=row.team,
+        project=row.project,
+        namespace=row.namespace,
+        experiment=row.experiment,
+        labels={str(k): str(v) for k, v in (row.labels or {}).items()},
+        priority_class=row.priority_class,
+        gpu=gpu_request_from_row(row),
+        gpu_types=frozenset(row.gpu_types or ()),
+        min_gpu_memory_gib=row.min_gpu_memory_gib,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        preemptible=row.preemptible,
+        max_runtime_s=row.max_runtime_s,
+        estimated_runtime_s=row.estimated_runtime_s,
+    )
+
+
+def job_from_row(row: JobRow, *, run_started_at: float | None = None) -> Job:
+    """The scheduler's view of a stored job. ``run_started_at`` is when the current run started
+    (from ``runs``; the job row only keeps the first start)."""
+    return Job(
+        id=row.id,
+        spec=job_spec_from_row(row),
+        submit_time=row.submitted_at,
+        state=JobState(row.state),
+        placement=placement_from_json(row.placement or []),
+        start_time=run_started_at,
+        first_start_time=row.started_at,
+        end_time=row.ended_at,
+        restarts=row.restarts,
+        preemptions=row.preemptions,
+    )
+
+
+def placement_to_json(placement: Iterable[PodPlacement]) -> list[dict[str, Any]]:
+    return [{"node": p.node, "gpus": list(p.gpus), "milli": p.milli, "mig_mask": p.mig_mask} for p in placement]
+
+
+def placement_from_json(data: Iterable[Mapping[str, Any]]) -> tuple[PodPlacement, ...]:
+    return tuple(
+        PodPlacement(
+            node=str(d["node"]),
+            gpus=tuple(int(g) for g in d.get("gpus", ())),
+            milli=int(d.get("milli", MILLI)),
+            mig_mask=int(d.get("mig_mask", 0)),
+        )
+        for d in data
+    )
+
+
+def node_from_row(row: NodeRow) -> Node:
+    return Node(
+        name=row.name,
+        gpu_model=row.gpu_model,
+        gpu_count=row.gpu_count,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        pool=row.pool,
+        capacity_type=CapacityType(row.capacity_type),
+        hourly_price_usd=row.hourly_price_usd,
+        sharing=SharingMode(row.sharing),
+        labels={str(k): str(v) for k, v in (row.labels or {}).items()},
+    )
