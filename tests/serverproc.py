@@ -33,7 +33,7 @@ class ServerProcess:
         self,
         home: Path,
         *,
-        gpus: str = "8xA100-80GB",
+        gpus: str | None = "8xA100-80GB",  # None: discover with NVML
         settings: dict[str, Any] | None = None,
         db: str | None = None,
         port: int | None = None,
@@ -86,9 +86,9 @@ class ServerProcess:
             str(self.home),
             "--port",
             str(self.port),
-            "--gpus",
-            self.gpus,
         ]
+        if self.gpus is not None:
+            cmd += ["--gpus", self.gpus]
         if self.db:
             cmd += ["--db", self.db]
         env = self.env()

@@ -694,12 +694,12 @@ def test_cli_db_upgrade_and_current(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "(empty)" in res.output and "needs 'gpufleet db upgrade'" in res.output
     res = runner.invoke(app, ["db", "upgrade", "--db", url])
     assert res.exit_code == 0, res.output
-    assert "upgraded (empty) → 0001" in res.output
+    assert "upgraded (empty) → 0001" in " ".join(res.output.split())
     res = runner.invoke(app, ["db", "upgrade", "--db", url])
-    assert res.exit_code == 0 and "already at 0001" in res.output
+    assert res.exit_code == 0 and "already at 0001" in " ".join(res.output.split())
     monkeypatch.setenv("GPUFLEET_DB", url)  # the default store
     res = runner.invoke(app, ["db", "current"])
-    assert res.exit_code == 0 and "0001 (head 0001; up to date)" in res.output
+    assert res.exit_code == 0 and "0001 (head 0001; up to date)" in " ".join(res.output.split())
     res = runner.invoke(app, ["db", "upgrade", "--db", "postgresql+psycopg://u:pw@127.0.0.1:1/x"])
     assert res.exit_code == 2
     assert "cannot" in res.output and "u:***@" in res.output and ":pw@" not in res.output

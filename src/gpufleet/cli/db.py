@@ -39,9 +39,9 @@ def upgrade(db: DbOption = None) -> None:
     finally:
         database.dispose()
     if before == after:
-        console.print(f"{database.masked_url}: already at {after}", highlight=False)
+        console.print(f"{database.masked_url}: already at {after}", highlight=False, soft_wrap=True)
     else:
-        console.print(f"{database.masked_url}: upgraded {before or '(empty)'} → {after}", highlight=False)
+        console.print(f"{database.masked_url}: upgraded {before or '(empty)'} → {after}", highlight=False, soft_wrap=True)
 
 
 @db_app.command()
@@ -56,4 +56,4 @@ def current(db: DbOption = None) -> None:
     finally:
         database.dispose()
     state = "up to date" if rev == head else "needs 'gpufleet db upgrade'"
-    console.print(f"{database.masked_url}: {rev or '(empty)'} (head {head}; {state})", highlight=False)
+    console.print(f"{database.masked_url}: {rev or '(empty)'} (head {head}; {state})", highlight=False, soft_wrap=True)
