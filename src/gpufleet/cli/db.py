@@ -41,7 +41,9 @@ def upgrade(db: DbOption = None) -> None:
     if before == after:
         console.print(f"{database.masked_url}: already at {after}", highlight=False, soft_wrap=True)
     else:
-        console.print(f"{database.masked_url}: upgraded {before or '(empty)'} → {after}", highlight=False, soft_wrap=True)
+        console.print(
+            f"{database.masked_url}: upgraded {before or '(empty)'} → {after}", highlight=False, soft_wrap=True
+        )
 
 
 @db_app.command()
