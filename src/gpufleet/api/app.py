@@ -6,8 +6,11 @@ event loop); the auth dependency is ``async`` so a cached token costs no thread 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
@@ -63,7 +66,13 @@ def _version() -> str:
 
 def create_app(ctx: ApiContext) -> FastAPI:
     """The REST API over ``ctx`` (one per process; tests make many — nothing global is shared)."""
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = ctx.worker_threads
+        yield
+
     app = FastAPI(
+        lifespan=lifespan,
         title="gpufleet",
         version=_version(),
         summary="Cost-aware GPU scheduler: jobs, queue, nodes, teams, tokens and usage",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,9 @@ class ApiContext:
     - ``ready``: whether the process is ready to serve (``/readyz``), besides the store answering;
     - ``auth_cache_s``: how long a successful token lookup is trusted without asking the store (a
       revoked token keeps working on other replicas for at most this long);
-    - ``log_poll_s``: how often a followed log is polled for new bytes.
+    - ``log_poll_s``: how often a followed log is polled for new bytes;
+    - ``worker_threads``: threads that run blocking endpoint code (store transactions). Few: the
+      GIL runs one at a time anyway, and many threads only contend for it and for the store.
     """
 
     database: Database
@@ -36,6 +39,7 @@ class ApiContext:
     ready: Callable[[], bool] = _always_ready
     auth_cache_s: float = 5.0
     log_poll_s: float = 0.2
+    worker_threads: int = int(os.environ.get("GPUFLEET_API_THREADS", "8"))
 
     def log_path(self, job_id: str) -> Path:
         return self.logs_dir / f"{job_id}.log"

@@ -23,13 +23,24 @@ def up(
     home: Annotated[Path | None, typer.Option(help="state directory (default: GPUFLEET_HOME or user data dir)")] = None,
     node_name: Annotated[str | None, typer.Option(help="this server's node name (default: the host name)")] = None,
     log_level: Annotated[str | None, typer.Option(help="critical|error|warning|info|debug")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="API worker processes (default 1: API and scheduler share one process)")
+    ] = None,
 ) -> None:
     """Start the API server and the scheduler on this machine (SQLite + local GPUs by default)."""
     from gpufleet.control.server import build_server
     from gpufleet.control.settings import load_settings
 
     settings = load_settings(
-        config, db=db, host=host, port=port, gpus=gpus, home=home, node_name=node_name, log_level=log_level
+        config,
+        db=db,
+        host=host,
+        port=port,
+        gpus=gpus,
+        home=home,
+        node_name=node_name,
+        log_level=log_level,
+        api_workers=workers,
     )
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))

@@ -55,6 +55,9 @@ QUEUE_PUBLISH_INTERVAL_S = 1.0
 HEARTBEAT_INTERVAL_S = 1.0
 QUOTA_REFRESH_S = 2.0
 FULL_RESYNC_S = 30.0
+MIN_STEP_GAP_S = 0.05
+MIN_CYCLE_GAP_S = 0.05  # least time between two cycles triggered by changes
+CYCLE_COST_FACTOR = 5.0  # ... and at least this many times the last cycle's duration
 
 
 @dataclass
@@ -134,6 +137,7 @@ class Controller:
         self._last_resync = 0.0
         self._quota_key: object = None
         self._last_publish = -math.inf
+        self._publish_s = 0.0
         self._last_heartbeat = -math.inf
         self._last_telemetry = -math.inf
         self._order: list[Job] = []
@@ -176,6 +180,7 @@ class Controller:
                 self._stop.wait(1.0)
             if not self._leader and time.monotonic() > follower_ready_at:
                 self._ready = True
+            self._stop.wait(MIN_STEP_GAP_S)  # wake-ups coalesce: at most ~20 steps a second
             self._wake.wait(self.config.poll_interval_s)
             self._wake.clear()
 
@@ -317,7 +322,11 @@ class Controller:
         self._sync_store(now)
         self._refresh_quotas()
         cycled = False
-        if self.pending and (self._dirty or now - self._last_cycle >= self.config.cycle_interval_s):
+        # a change asks for a cycle now, but cycles are spaced by a multiple of their own cost, so a
+        # flood of submits against a long queue cannot starve the API threads of the GIL
+        gap = max(MIN_CYCLE_GAP_S, CYCLE_COST_FACTOR * self.stats.last_cycle_ms / 1000)
+        since = now - self._last_cycle
+        if self.pending and ((self._dirty and since >= gap) or since >= self.config.cycle_interval_s):
             self.run_cycle(now)
             cycled = True
         self._publish(now)
@@ -346,7 +355,7 @@ class Controller:
 
     def _sync_store(self, now: float) -> None:
         """New submissions, and jobs changed by the API (cancel) since the last look."""
-        with self.db.session() as s:
+        with self.db.session(readonly=True) as s:
             new = repo.jobs_after(s, self.last_seq, ["PENDING"])
             for row in new:
                 self.last_seq = max(self.last_seq, row.seq)
@@ -355,24 +364,23 @@ class Controller:
                     self._dirty = True
             since = self.changes_seen_at
             self.changes_seen_at = now - 2.0  # overlap: rows committed late with an earlier updated_at
-            changed = repo.changed_since(s, since)
-        if now - self._last_resync >= FULL_RESYNC_S:
-            # safety net: a submit whose transaction committed after later ones (PostgreSQL hands
-            # out seq at insert, not at commit) and later than the overlap of changed_since
-            self._last_resync = now
-            with self.db.session(readonly=True) as s:
-                changed = [*changed, *repo.jobs_in_states(s, ["PENDING"])]
-        for row in changed:
-            if row.state == "PENDING" and row.id not in self.pending and row.id not in self.active:
-                self.pending[row.id] = job_from_row(row)  # a late commit the seq watermark skipped
+            changes = repo.state_changes_since(s, since)
+            if now - self._last_resync >= FULL_RESYNC_S:
+                # safety net: a submit whose transaction committed after later ones (PostgreSQL hands
+                # out seq at insert, not at commit) is missed by the seq watermark
+                self._last_resync = now
+                known = self.pending.keys() | self.active.keys()
+                for job_id in repo.job_ids_in_states(s, ["PENDING"]):
+                    if job_id not in known:
+                        self.pending[job_id] = job_from_row(repo.get_job(s, job_id))
+                        self._dirty = True
+        for job_id, state, cancel in changes:
+            if job_id in self.pending and state in ("CANCELLED", "FAILED", "SUCCEEDED", "TIMED_OUT"):
+                del self.pending[job_id]
+                self.scheduler.forget(job_id)
                 self._dirty = True
-            elif row.id in self.pending and row.state != "PENDING":
-                if row.state in ("CANCELLED", "FAILED", "SUCCEEDED", "TIMED_OUT"):
-                    del self.pending[row.id]
-                    self.scheduler.forget(row.id)
-                    self._dirty = True
-            elif row.id in self.active and row.cancel_requested and self.active[row.id].stopping is None:
-                self._request_stop(row.id, "cancel: cancelled by request")
+            elif job_id in self.active and cancel and self.active[job_id].stopping is None:
+                self._request_stop(job_id, "cancel: cancelled by request")
 
     def _refresh_quotas(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -645,10 +653,12 @@ class Controller:
         ]
 
     def _publish(self, now: float) -> None:
-        if now - self._last_publish < QUEUE_PUBLISH_INTERVAL_S:
+        if now - self._last_publish < max(QUEUE_PUBLISH_INTERVAL_S, CYCLE_COST_FACTOR * self._publish_s):
             return
         self._last_publish = now
+        t0 = time.perf_counter()
         self._heartbeat(force=True, queue=self.queue_entries(now))
+        self._publish_s = time.perf_counter() - t0
 
     def _heartbeat(self, *, force: bool, queue: list[dict[str, Any]] | None = None) -> None:
         now = self.clock.now()

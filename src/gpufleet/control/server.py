@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.backends.local import LocalBackend
 from gpufleet.clock import WallClock
@@ -55,23 +56,43 @@ class Server:
         )
 
     def serve(self) -> None:
+        """Serve until SIGINT/SIGTERM. With ``api_workers`` > 1 the API runs in that many worker
+        processes (uvicorn's supervisor) and this process runs only the controller: the API then
+        uses every core instead of sharing one interpreter lock with the scheduler."""
         import uvicorn
 
-        config = uvicorn.Config(
-            self.app(),
-            host=self.settings.host,
-            port=self.settings.port,
-            log_level=self.settings.log_level,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-        server = uvicorn.Server(config)
+        workers = self.settings.api_workers
+        common: dict[str, Any] = {
+            "host": self.settings.host,
+            "port": self.settings.port,
+            "log_level": self.settings.log_level,
+            "access_log": False,
+            "timeout_graceful_shutdown": 5,
+        }
         self.controller.start()
         try:
-            server.run()
+            if workers <= 1:
+                uvicorn.Server(uvicorn.Config(self.app(), **common)).run()
+            else:
+                os.environ[SETTINGS_ENV] = self.settings.model_dump_json()
+                uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **common)
         finally:
             self.controller.stop()
             self.db.dispose()
+
+
+SETTINGS_ENV = "GPUFLEET_WORKER_SETTINGS"
+
+
+def worker_app() -> FastAPI:
+    """The API of one worker process (``api_workers`` > 1): settings from the supervisor, no controller
+    (the leader polls the store for new jobs every ``poll_interval_s``)."""
+    from gpufleet.api.app import create_app
+    from gpufleet.api.context import ApiContext
+
+    settings = Settings.model_validate_json(os.environ[SETTINGS_ENV])
+    db = Database(settings.db_url)
+    return create_app(ApiContext(database=db, logs_dir=settings.home / "logs", clock=WallClock()))
 
 
 def seed_teams(db: Database, settings: Settings, now: float) -> None:

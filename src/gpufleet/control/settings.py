@@ -41,6 +41,7 @@ class Settings(BaseSettings):
     telemetry_interval_s: float = Field(10.0, gt=0)
     single_user: bool = True  # create an admin token in <home>/admin.token on first start
     replica: str | None = None  # this replica's name (default: host:pid)
+    api_workers: int = Field(1, ge=1, le=64)  # >1: API worker processes; the controller in the main one
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$")
 
     @field_validator("db")

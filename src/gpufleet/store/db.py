@@ -20,9 +20,10 @@ URL with its password masked.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,7 @@ class Database:
                 self._read_engine = self.engine
         except (ArgumentError, NoSuchModuleError, ImportError) as e:
             raise StoreError(f"cannot use database URL {self.masked_url}: {e}") from None
+        self._write_lock = threading.Lock()
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(self._read_engine, expire_on_commit=False)
 
@@ -186,7 +188,10 @@ class Database:
         (on PostgreSQL it changes nothing). Database errors become :class:`StoreError`; integrity
         errors the caller did not handle propagate unchanged (they are bugs or conflicts)."""
         factory = self._read_sessions if readonly else self._sessions
-        with factory() as s:
+        # SQLite has one writer: queue this process's writers on a lock (a fair, immediate hand-off)
+        # rather than in SQLite's busy handler, which sleeps and backs off (seconds under load)
+        lock = self._write_lock if (self.is_sqlite and not readonly) else nullcontext()
+        with lock, factory() as s:
             try:
                 s.connection()  # connect (and BEGIN) now, so an unreachable store fails here
             except DBAPIError as e:

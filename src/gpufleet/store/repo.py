@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Final, cast
 
-from sqlalchemy import CursorResult, Insert, and_, delete, func, or_, select, update
+from sqlalchemy import CursorResult, Insert, and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -294,40 +294,45 @@ def submit_job(
         raise InputError(f"unknown job field(s): {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
     if "name" not in fields or "command" not in fields:
         raise InputError("a job needs a name and a command", field="name" if "name" not in fields else "command")
-    if idempotency_key is not None:
-        existing = _by_idempotency_key(s, submitted_by, idempotency_key)
-        if existing is not None:
-            return _replay(existing, idempotency_key, request_sha256)
     ensure_team(s, team, now)
-    job = JobRow(
+    # One INSERT ... ON CONFLICT DO NOTHING RETURNING (Core, not the ORM's unit of work): the hot
+    # path of a submit is a single round trip, and a racing duplicate key is resolved by the
+    # database's unique constraint rather than by a SELECT-then-INSERT that could race.
+    values: dict[str, Any] = {
+        "labels": {},
+        "env": {},
+        "gpu_types": [],
         **dict(fields),
-        id=_random_id("j-"),
-        team=team,
-        submitted_by=submitted_by,
-        idempotency_key=idempotency_key,
-        request_sha256=request_sha256,
-        state=JobState.PENDING.value,
-        reason="submitted",
-        submitted_at=now,
-        updated_at=now,
+        "id": _random_id("j-"),
+        "team": team,
+        "submitted_by": submitted_by,
+        "idempotency_key": idempotency_key,
+        "request_sha256": request_sha256,
+        "state": JobState.PENDING.value,
+        "reason": "submitted",
+        "submitted_at": now,
+        "updated_at": now,
+        "run": 0,
+        "restarts": 0,
+        "preemptions": 0,
+        "placement": [],
+        "cancel_requested": False,
+    }
+    stmt = _insert(s)(JobRow).values(**values)
+    if idempotency_key is not None:
+        stmt = stmt.on_conflict_do_nothing(index_elements=["submitted_by", "idempotency_key"])  # type: ignore[attr-defined]
+    seq = s.execute(stmt.returning(JobRow.seq)).scalar_one_or_none()
+    if seq is None:  # the key was used before (or by a racing request that committed first)
+        existing = _by_idempotency_key(s, submitted_by, idempotency_key or "")
+        if existing is None:
+            raise ConflictError(f"Idempotency-Key '{idempotency_key}' is being used by a concurrent request")
+        return _replay(existing, idempotency_key or "", request_sha256)
+    s.execute(
+        insert(JobEventRow).values(
+            job_id=values["id"], time=now, old=None, new=JobState.PENDING.value, reason="submitted"
+        )
     )
-    if idempotency_key is None:
-        s.add(job)
-        s.flush()
-    else:
-        try:
-            with s.begin_nested():
-                s.add(job)
-                s.flush()
-        except IntegrityError:
-            # Another transaction inserted the same key first (on PostgreSQL our INSERT waited for
-            # it to commit); READ COMMITTED lets this new SELECT see its row.
-            existing = _by_idempotency_key(s, submitted_by, idempotency_key)
-            if existing is None:
-                raise
-            return _replay(existing, idempotency_key, request_sha256)
-    s.add(JobEventRow(job_id=job.id, time=now, old=None, new=JobState.PENDING.value, reason="submitted"))
-    s.flush()
+    job = JobRow(seq=seq, **values)  # the inserted row, not attached to the session
     return job, True
 
 
@@ -443,9 +448,25 @@ def jobs_in_states(s: Session, states: Sequence[str]) -> list[JobRow]:
     return list(s.scalars(select(JobRow).where(JobRow.state.in_(list(states))).order_by(JobRow.seq)))
 
 
+def job_ids_in_states(s: Session, states: Sequence[str]) -> list[str]:
+    return list(s.scalars(select(JobRow.id).where(JobRow.state.in_(list(states)))))
+
+
 def changed_since(s: Session, t: float) -> list[JobRow]:
     """Jobs updated after ``t`` (state changes, cancel requests), oldest first."""
     return list(s.scalars(select(JobRow).where(JobRow.updated_at > t).order_by(JobRow.seq)))
+
+
+def state_changes_since(s: Session, t: float) -> list[tuple[str, str, bool]]:
+    """``(id, state, cancel_requested)`` of jobs updated after ``t`` that left PENDING or were asked
+    to cancel — what a scheduler holding jobs in memory must notice. Plain submits are not
+    included (the scheduler reads those by ``seq``), so this stays small under a flood of submits."""
+    q = (
+        select(JobRow.id, JobRow.state, JobRow.cancel_requested)
+        .where(JobRow.updated_at > t, or_(JobRow.state != "PENDING", JobRow.cancel_requested.is_(True)))
+        .order_by(JobRow.seq)
+    )
+    return [(r[0], r[1], bool(r[2])) for r in s.execute(q)]
 
 
 # -- runs -----------------------------------------------------------------------------------------

@@ -79,12 +79,11 @@ def _wake(ctx: ApiContext) -> None:
 )
 def submit_job(
     body: JobSubmit,
-    response: Response,
     ctx: Ctx,
     who: Caller,
     metrics: Metrics,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
-) -> JobOut:
+) -> Response:
     """Queue a job. With an ``Idempotency-Key`` a retried submit returns the job the first one
     created (200) instead of creating another; the same key with a different body is a 409."""
     with input_at("body"):
@@ -104,9 +103,8 @@ def submit_job(
     if created:
         metrics.submits.labels(prepared.team).inc()
         _wake(ctx)
-    else:
-        response.status_code = 200
-    return out
+    # already a validated JobOut: serialize it once (a returned model would be validated again)
+    return Response(out.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
 
 
 def _labels(raw: list[str]) -> dict[str, str]:
