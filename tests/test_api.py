@@ -4,6 +4,9 @@ events, logs, queue, nodes, teams, tokens, usage, health and metrics."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -551,6 +554,20 @@ def test_metrics_parse(api: Api) -> None:
     submits = {s.labels["team"]: s.value for s in families["gpufleet_job_submits"].samples if s.name.endswith("_total")}
     assert submits == {"alpha": 2, "beta": 1}
     assert "gpufleet_http_request_duration_seconds" in families
+
+
+def test_metrics_pass_promtool(api: Api, tmp_path: Path) -> None:
+    """The exposition is checked by Prometheus's own linter (``promtool check metrics``)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("GPUFLEET_SKIP_PROMTOOL") == "1":
+            pytest.skip("promtool not installed (GPUFLEET_SKIP_PROMTOOL=1)")
+        pytest.fail("promtool not found: apt-get install prometheus (make test does), or GPUFLEET_SKIP_PROMTOOL=1")
+    _cluster(api)
+    api.submit("alice")
+    text = api.client.get("/metrics").text
+    out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_openapi_lists_every_route_and_model(api: Api) -> None:

@@ -33,10 +33,9 @@ from gpufleet.backends.base import Backend, BackendEvent, EventKind, LaunchReque
 from gpufleet.clock import Clock, WallClock
 from gpufleet.control.leader import FileLeadership, Leadership, PgLeadership
 from gpufleet.cost.catalog import PriceCatalog
-from gpufleet.cost.ledger import SHARE_UNITS, gpu_share
 from gpufleet.errors import GpufleetError
 from gpufleet.model.gpu import MILLI
-from gpufleet.model.job import Job, JobState, PodPlacement
+from gpufleet.model.job import Job, JobState
 from gpufleet.model.node import Node
 from gpufleet.scheduling.cycle import ClusterState, Decisions, Placement, Scheduler
 from gpufleet.scheduling.estimate import estimate_starts
@@ -45,7 +44,7 @@ from gpufleet.scheduling.profile import Profile
 from gpufleet.scheduling.quota import QuotaPolicy
 from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot
 from gpufleet.store import repo
-from gpufleet.store.convert import job_from_row, placement_to_json
+from gpufleet.store.convert import job_from_row, placement_to_json, pod_share_units
 from gpufleet.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -602,7 +601,8 @@ class Controller:
         per_node: dict[str, tuple[int, int, int]] = {}
         spec = ar.job.spec
         for p in ar.job.placement or tuple(self.snapshot.placement_of(a) for a in ar.assignments):
-            units = self._share_units(p, spec)
+            node = self.nodes.get(p.node)
+            units = pod_share_units(row, node.gpu_model if node else "") if p.gpus else 0
             u, c, m = per_node.get(p.node, (0, 0, 0))
             per_node[p.node] = (u + units, c + spec.cpu_milli, m + spec.memory_mib)
         if not per_node and self.nodes:  # a CPU-only job still holds CPU and memory on its node
@@ -625,15 +625,6 @@ class Controller:
                 start=start,
                 end=max(start, end),
             )
-
-    def _share_units(self, p: PodPlacement, spec: Any) -> int:
-        if not p.gpus:
-            return 0
-        if p.mig_mask:
-            node = self.nodes.get(p.node)
-            share = gpu_share(spec.gpu, node.gpu_model if node else "")
-            return int(share * SHARE_UNITS)
-        return len(p.gpus) * p.milli * (SHARE_UNITS // MILLI)
 
     # -- publishing ------------------------------------------------------------------------------------
     def queue_entries(self, now: float) -> list[dict[str, Any]]:
