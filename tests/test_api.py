@@ -548,7 +548,7 @@ def test_metrics_parse(api: Api) -> None:
     assert reqs[("GET", "/v1/jobs/{job_id}", "404")] == 1
     jobs = {(s.labels["state"], s.labels["team"]): s.value for s in families["gpufleet_jobs"].samples}
     assert jobs == {("SUCCEEDED", "alpha"): 1, ("RUNNING", "beta"): 1, ("PENDING", "alpha"): 1}
-    assert families["gpufleet_gpus_total"].samples[0].value == 4
+    assert families["gpufleet_gpus_capacity"].samples[0].value == 4
     assert families["gpufleet_gpus_allocated"].samples[0].value == 1
     assert families["gpufleet_queue_length"].samples[0].value == 1
     submits = {s.labels["team"]: s.value for s in families["gpufleet_job_submits"].samples if s.name.endswith("_total")}

@@ -68,7 +68,7 @@ class StoreCollector(Collector):
         jobs = GaugeMetricFamily("gpufleet_jobs", "Jobs by state and team", labels=("state", "team"))
         queue = GaugeMetricFamily("gpufleet_queue_length", "Jobs waiting (the leader's last published queue)")
         allocated = GaugeMetricFamily("gpufleet_gpus_allocated", "GPU-equivalents held by running jobs")
-        total = GaugeMetricFamily("gpufleet_gpus_total", "GPUs on nodes that are not removed")
+        total = GaugeMetricFamily("gpufleet_gpus_capacity", "GPUs on nodes that are not removed")
         up = GaugeMetricFamily("gpufleet_store_up", "1 if the store answered this scrape")
         try:
             with self._ctx.database.session() as s:
