@@ -55,8 +55,14 @@ def percentile(values: list[float], q: float) -> float:
     return values[k]
 
 
-async def drive(url: str, token: str, clients: int, duration: float, warmup: float) -> dict[str, Any]:
-    """``clients`` keep-alive connections, each submitting back to back; latency of each 201.
+async def drive(
+    url: str, token: str, clients: int, duration: float, warmup: float, rate: float | None = None
+) -> dict[str, Any]:
+    """``clients`` keep-alive connections, each submitting back to back (closed loop: the
+    throughput the server sustains), or, with ``rate``, on a fixed schedule of ``rate`` submits/s
+    spread over the clients (open loop: latency at that load). Open-loop latency is measured from
+    each request's *scheduled* time, so a server that falls behind is charged for the backlog
+    (no coordinated omission).
 
     A minimal HTTP/1.1 client on asyncio streams (requests prebuilt, responses read by
     Content-Length), so the load generator costs little CPU on the same 2 cores: httpx's AsyncClient
@@ -70,10 +76,17 @@ async def drive(url: str, token: str, clients: int, duration: float, warmup: flo
     t_measure = time.perf_counter() + warmup
     t_end = t_measure + duration
 
-    async def client() -> None:
+    interval = clients / rate if rate else 0.0
+
+    async def client(k: int) -> None:
         reader, writer = await asyncio.open_connection(host, port)
+        due = time.perf_counter() + (interval * k / clients)
         try:
             while (t0 := time.perf_counter()) < t_end:
+                if interval:
+                    if due > t0:
+                        await asyncio.sleep(due - t0)
+                    t0, due = due, due + interval
                 head = (
                     f"POST /v1/jobs HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
                     f"Content-Type: application/json\r\nIdempotency-Key: {uuid.uuid4().hex}\r\n"
@@ -95,8 +108,9 @@ async def drive(url: str, token: str, clients: int, duration: float, warmup: flo
         finally:
             writer.close()
 
-    await asyncio.gather(*(client() for _ in range(clients)))
+    await asyncio.gather(*(client(k) for k in range(clients)))
     return {
+        "mode": f"open loop at {rate:g}/s" if rate else "closed loop",
         "clients": clients,
         "duration_s": duration,
         "submits": len(latencies),
@@ -183,6 +197,10 @@ def bench_store(store: str, args: argparse.Namespace) -> dict[str, Any]:
                 for _ in range(8):
                     c.submit(command=["sleep", "3600"], gpus=1, name="holder")
             out = asyncio.run(drive(server.url, server.token, args.clients, args.duration, args.warmup))
+            if args.rate:
+                out["at_rate"] = asyncio.run(
+                    drive(server.url, server.token, args.clients, args.duration, args.warmup, args.rate)
+                )
             out["store"] = store
             out["api_workers"] = args.api_workers
             out["target_submits_per_s"] = TARGET_SUBMITS_PER_S
@@ -206,6 +224,7 @@ def main() -> None:
     p.add_argument("--queued", type=int, default=10_000, help="queue length for the cycle-time check (0: skip)")
     p.add_argument("--cycle-samples", type=int, default=8)
     p.add_argument("--api-workers", type=int, default=2, help="gpufleet up --workers (API processes)")
+    p.add_argument("--rate", type=float, default=500.0, help="open-loop submits/s for the latency run (0: skip)")
     args = p.parse_args()
     results = [bench_store(s.strip(), args) for s in args.stores.split(",") if s.strip()]
     print(json.dumps({"benchmark": "api_submit", "results": results}, indent=2))

@@ -1,4 +1,7 @@
-"""Shared FastAPI dependencies and OpenAPI response declarations for the routers."""
+"""Shared FastAPI dependencies and OpenAPI response declarations for the routers.
+
+The dependencies are ``async``: FastAPI runs a plain ``def`` dependency in the threadpool, a thread
+hop per request for what is an attribute read."""
 
 from __future__ import annotations
 
@@ -11,12 +14,12 @@ from gpufleet.api.context import ApiContext
 from gpufleet.api.metrics import ApiMetrics
 
 
-def get_ctx(request: Request) -> ApiContext:
+async def get_ctx(request: Request) -> ApiContext:
     ctx: ApiContext = request.app.state.ctx
     return ctx
 
 
-def get_metrics(request: Request) -> ApiMetrics:
+async def get_metrics(request: Request) -> ApiMetrics:
     metrics: ApiMetrics = request.app.state.metrics
     return metrics
 

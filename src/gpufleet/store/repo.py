@@ -22,12 +22,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Final, cast
 
-from sqlalchemy import CursorResult, Insert, and_, delete, func, insert, or_, select, update
+from sqlalchemy import CursorResult, Insert, and_, delete, event, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -118,10 +119,21 @@ def _check_name(name: str, what: str, max_len: int = 63) -> None:
 # -- teams and quotas -----------------------------------------------------------------------------
 
 
+# Teams known to exist, per engine (teams are never deleted): the hot submit path skips the upsert.
+_KNOWN_TEAMS: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
 def ensure_team(s: Session, name: str, now: float) -> None:
     """Create team ``name`` with default settings if it does not exist (safe under races)."""
     _check_name(name, "team")
-    s.execute(_insert(s)(Team).values(name=name, weight=1.0, created_at=now).on_conflict_do_nothing())  # type: ignore[attr-defined]
+    bind = s.get_bind()
+    known = _KNOWN_TEAMS.setdefault(bind, set())
+    if name in known:
+        return
+    stmt = _insert(s)(Team).on_conflict_do_nothing()  # type: ignore[attr-defined]
+    s.connection().execute(stmt, {"name": name, "weight": 1.0, "created_at": now})
+    # remembered once this transaction commits (a rollback must not leave a team that does not exist)
+    event.listen(s, "after_commit", lambda _s: known.add(name), once=True)
 
 
 def upsert_team(
@@ -318,19 +330,19 @@ def submit_job(
         "placement": [],
         "cancel_requested": False,
     }
-    stmt = _insert(s)(JobRow).values(**values)
+    # values as bound parameters (not .values()): the compiled statement is cached across submits
+    stmt = _insert(s)(JobRow)
     if idempotency_key is not None:
         stmt = stmt.on_conflict_do_nothing(index_elements=["submitted_by", "idempotency_key"])  # type: ignore[attr-defined]
-    seq = s.execute(stmt.returning(JobRow.seq)).scalar_one_or_none()
+    seq = s.connection().execute(stmt.returning(JobRow.seq), values).scalar_one_or_none()
     if seq is None:  # the key was used before (or by a racing request that committed first)
         existing = _by_idempotency_key(s, submitted_by, idempotency_key or "")
         if existing is None:
             raise ConflictError(f"Idempotency-Key '{idempotency_key}' is being used by a concurrent request")
         return _replay(existing, idempotency_key or "", request_sha256)
-    s.execute(
-        insert(JobEventRow).values(
-            job_id=values["id"], time=now, old=None, new=JobState.PENDING.value, reason="submitted"
-        )
+    s.connection().execute(
+        insert(JobEventRow),
+        {"job_id": values["id"], "time": now, "old": None, "new": JobState.PENDING.value, "reason": "submitted"},
     )
     job = JobRow(seq=seq, **values)  # the inserted row, not attached to the session
     return job, True
