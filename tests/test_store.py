@@ -40,6 +40,9 @@ from gpufleet.store.models import Base, JobRow, Token
 # -- helpers --------------------------------------------------------------------------------------
 
 
+
+HEAD = "0002"  # the newest migration
+
 def submit(
     db: Database,
     name: str = "j",
@@ -85,7 +88,7 @@ def test_migrations_apply_from_empty_and_are_idempotent(empty_db_url: str) -> No
         with pytest.raises(StoreError, match="no schema"):
             db.check_schema()
         db.upgrade()
-        assert db.current_revision() == db.head_revision() == "0001"
+        assert db.current_revision() == db.head_revision() == HEAD
         db.upgrade()  # again: nothing to do
         db.check_schema()
         with db.session() as s:
@@ -116,7 +119,7 @@ def test_concurrent_upgrades_migrate_once(empty_db_url: str) -> None:
         t.join()
     assert errors == []
     db = Database(empty_db_url)
-    assert db.current_revision() == "0001"
+    assert db.current_revision() == HEAD
     db.dispose()
 
 
@@ -694,12 +697,12 @@ def test_cli_db_upgrade_and_current(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "(empty)" in res.output and "needs 'gpufleet db upgrade'" in res.output
     res = runner.invoke(app, ["db", "upgrade", "--db", url])
     assert res.exit_code == 0, res.output
-    assert "upgraded (empty) → 0001" in " ".join(res.output.split())
+    assert "upgraded (empty) → 0002" in " ".join(res.output.split())
     res = runner.invoke(app, ["db", "upgrade", "--db", url])
-    assert res.exit_code == 0 and "already at 0001" in " ".join(res.output.split())
+    assert res.exit_code == 0 and "already at 0002" in " ".join(res.output.split())
     monkeypatch.setenv("GPUFLEET_DB", url)  # the default store
     res = runner.invoke(app, ["db", "current"])
-    assert res.exit_code == 0 and "0001 (head 0001; up to date)" in " ".join(res.output.split())
+    assert res.exit_code == 0 and "0002 (head 0002; up to date)" in " ".join(res.output.split())
     res = runner.invoke(app, ["db", "upgrade", "--db", "postgresql+psycopg://u:pw@127.0.0.1:1/x"])
     assert res.exit_code == 2
     assert "cannot" in res.output and "u:***@" in res.output and ":pw@" not in res.output

@@ -121,6 +121,7 @@ class JobRow(Base):
     placement: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [{node, gpus, milli, mig_mask}]
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     updated_at: Mapped[float] = mapped_column(Float)
+    budget_usd: Mapped[float | None] = mapped_column(Float, default=None)  # the job's own cost limit
 
 
 class JobEventRow(Base):
@@ -221,6 +222,7 @@ class UsageSegmentRow(Base):
     node_hourly_usd: Mapped[float] = mapped_column(Float)
     start: Mapped[float] = mapped_column(Float)
     end: Mapped[float] = mapped_column(Float)
+    priority_class: Mapped[str] = mapped_column(String(32), default="normal", server_default="normal")  # multipliers
 
 
 class GpuSampleRow(Base):
@@ -251,3 +253,86 @@ class ControllerRow(Base):
     last_cycle_ms: Mapped[float | None] = mapped_column(Float, default=None)
     queue: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [{job, position, reason, estimated_start}]
     info: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class JobProgressRow(Base):
+    """Progress a running job reports (SDK or progress file): steps, and metrics for plateau checks."""
+
+    __tablename__ = "job_progress"
+    __table_args__ = (Index("ix_job_progress_job", "job_id", "time"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    time: Mapped[float] = mapped_column(Float)
+    step: Mapped[float | None] = mapped_column(Float, default=None)
+    total_steps: Mapped[float | None] = mapped_column(Float, default=None)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # e.g. {"loss": 0.31}
+
+
+class BudgetRow(Base):
+    """A spending limit on a scope for each period, with thresholds, channels and an enforcement action.
+
+    scope_kind: ``all`` | ``team`` | ``project`` | ``namespace`` | ``experiment`` | ``label``
+    (scope_value ``key=value``); period: ``monthly`` | ``weekly`` | ``custom`` (period_start/end);
+    action: ``alert`` | ``throttle`` (``throttle`` JSON: priority, max_gpus, spot_only) | ``block``.
+    """
+
+    __tablename__ = "budgets"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(127), unique=True)
+    scope_kind: Mapped[str] = mapped_column(String(16))
+    scope_value: Mapped[str] = mapped_column(String(255), default="")
+    period: Mapped[str] = mapped_column(String(16), default="monthly")
+    period_start: Mapped[float | None] = mapped_column(Float, default=None)  # custom periods
+    period_end: Mapped[float | None] = mapped_column(Float, default=None)
+    timezone: Mapped[str] = mapped_column(String(63), default="UTC")
+    limit_usd: Mapped[float] = mapped_column(Float)
+    thresholds: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [{"percent": 50, "severity": "info"}, ...]
+    action: Mapped[str] = mapped_column(String(16), default="alert")
+    throttle: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    grace_s: Mapped[float] = mapped_column(Float, default=0.0)  # block/throttle only after this long over
+    channels: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [{"type": "webhook", "url": ...}, ...]
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_by: Mapped[str | None] = mapped_column(String(32), default=None)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class BudgetAlertRow(Base):
+    """One threshold crossing of one budget in one period: unique, so it fires exactly once."""
+
+    __tablename__ = "budget_alerts"
+    __table_args__ = (UniqueConstraint("budget_id", "period_start", "threshold", name="uq_budget_alert_once"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    budget_id: Mapped[str] = mapped_column(ForeignKey("budgets.id", ondelete="CASCADE"))
+    period_start: Mapped[float] = mapped_column(Float)
+    threshold: Mapped[float] = mapped_column(Float)  # percent
+    severity: Mapped[str] = mapped_column(String(16), default="warning")
+    kind: Mapped[str] = mapped_column(String(32), default="threshold")  # threshold | anomaly | job-limit
+    fired_at: Mapped[float] = mapped_column(Float)
+    spend_usd: Mapped[float] = mapped_column(Float)
+    limit_usd: Mapped[float] = mapped_column(Float)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class NotificationRow(Base):
+    """The outbox: one delivery of one alert to one channel, retried until sent or given up."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (
+        UniqueConstraint("alert_id", "channel_index", name="uq_notification_once"),
+        Index("ix_notifications_due", "status", "next_attempt_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("budget_alerts.id", ondelete="CASCADE"))
+    channel_index: Mapped[int] = mapped_column(Integer)
+    channel: Mapped[dict[str, Any]] = mapped_column(JSON)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending | sent | failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[float] = mapped_column(Float)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    sent_at: Mapped[float | None] = mapped_column(Float, default=None)

@@ -713,6 +713,7 @@ def append_segment(
         node_hourly_usd=node_hourly_usd,
         start=start,
         end=end,
+        priority_class=job.priority_class,
     )
     try:
         with s.begin_nested():
