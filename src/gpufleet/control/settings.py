@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gpufleet.config import format_validation_error
+from gpufleet.cost.rules import PricingConfig, load_rules
 from gpufleet.errors import ConfigError
 from gpufleet.scheduling.profile import Profile
 from gpufleet.sdk.config import DEFAULT_PORT, home_dir
@@ -39,16 +40,32 @@ class Settings(BaseSettings):
     cycle_interval_s: float = Field(2.0, gt=0, le=300)  # a cycle at least this often while jobs wait
     grace_s: float = Field(30.0, ge=0, le=3600)  # SIGTERM → SIGKILL on preemption and cancel
     telemetry_interval_s: float = Field(10.0, gt=0)
+    budget_interval_s: float = Field(10.0, gt=0)  # budgets evaluated and alerts dispatched this often
     single_user: bool = True  # create an admin token in <home>/admin.token on first start
     replica: str | None = None  # this replica's name (default: host:pid)
     api_workers: int = Field(1, ge=1, le=64)  # >1: API worker processes; the controller in the main one
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$")
+    # Pricing rules (docs/pricing.md): a path to a rules YAML file, or the rules inline. Checked
+    # when the settings load; the server compiles them with gpufleet.cost.rules.rules_from_setting.
+    pricing: Path | PricingConfig | None = None
 
     @field_validator("db")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
         if v is not None and not v.startswith(("sqlite", "postgresql")):
             raise ValueError("db must be a sqlite:/// or postgresql+psycopg:// URL")
+        return v
+
+    @field_validator("pricing", mode="before")
+    @classmethod
+    def _pricing(cls, v: Any) -> Any:
+        # A ConfigError naming the rules file (or "settings: pricing"), line and field propagates
+        # as is: clearer than pydantic's account of why neither a path nor a mapping matched.
+        if isinstance(v, str | Path):
+            load_rules(Path(v))
+            return Path(v)
+        if isinstance(v, Mapping):
+            return load_rules(v, source="settings: pricing").config
         return v
 
     @property

@@ -137,5 +137,6 @@ def prepare_submit(body: JobSubmit, *, caller_team: str, caller_role: Role) -> P
         "checkpoint_dir": body.checkpoint_dir,
         "max_runtime_s": body.max_runtime_s,
         "estimated_runtime_s": body.estimated_runtime_s,
+        "budget_usd": body.budget_usd,
     }
     return PreparedSubmit(team, fields, request_hash(body))

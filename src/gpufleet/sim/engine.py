@@ -20,6 +20,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufleet.clock import SimClock
+from gpufleet.cost.budgets import (  # budgets: the same pure rules as the controller and the API
+    LIMIT_PERCENT,
+    Budget,
+    BudgetExceededError,
+    ThrottleRule,
+    budget_status,
+    check_block,
+    enforcing,
+    estimate_for,
+    throttled_cycle,
+)
 from gpufleet.cost.ledger import Ledger, SegmentHandle, allocate
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job, JobState
@@ -46,6 +57,7 @@ class SimOptions:
     cycle_interval_s: float = 10.0  # least time between two scheduling cycles (0: one per event time)
     autoscale_interval_s: float = 60.0
     horizon_s: float | None = None  # stop after this much simulated time
+    budget_interval_s: float = 60.0  # budgets: how often thresholds and throttles are evaluated
 
 
 @dataclass(slots=True)
@@ -67,6 +79,9 @@ class Simulation:
     pools: Sequence[NodePool] = ()
     options: SimOptions = field(default_factory=SimOptions)
     name: str = "simulation"
+    # budgets enforced as in production (block at submit, throttles in cycles, alerts recorded);
+    # periods are computed on the simulated clock (t = 0 is 1970-01-01 00:00 UTC, a month's start)
+    budgets: Sequence[Budget] = ()
 
     clock: SimClock = field(init=False)
     events: EventQueue = field(init=False)
@@ -97,6 +112,14 @@ class Simulation:
         self._gpu_seconds: dict[str, float] = {}
         self._capacity: dict[str, str] = {}
         self._allocated_milli = 0
+        # budgets
+        self._over_since: dict[tuple[str, float], float] = {}
+        self._alerted: set[tuple[str, float, float]] = set()
+        self._budget_alerts: list[dict[str, object]] = []
+        self._budget_blocked: list[dict[str, object]] = []
+        self._throttles: list[ThrottleRule] = []
+        self._throttled = False
+        self._last_budget_eval = -math.inf
 
     # -- set-up ----------------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -166,6 +189,10 @@ class Simulation:
         self._submitted += 1
         job = Job(id=f"j{self._submitted:06d}", spec=tj.spec, submit_time=tj.submit_time)
         self.jobs[job.id] = job
+        refused = self._budget_block(job) if self.budgets else None
+        if refused is not None:  # budgets: refused at submission, as the API would (402)
+            self._end(job, JobState.CANCELLED, refused)
+            return
         self.pending[job.id] = job
         self._want_cycle()
 
@@ -191,7 +218,13 @@ class Simulation:
             running=self.cluster.running,
             pools=self.cluster.pool_states(),
         )
-        decisions = self.scheduler.cycle(state, now)
+        if self.budgets:  # budgets: alerts and throttles on their timer, throttles applied to the cycle
+            self._evaluate_budgets(now)
+            rules = self._throttles
+            decisions = throttled_cycle(self.scheduler, state, rules, now, restore=self._throttled and not rules)
+            self._throttled = bool(rules)
+        else:
+            decisions = self.scheduler.cycle(state, now)
         self._apply(decisions, now)
         self._fail_unschedulable(decisions, now)
 
@@ -224,6 +257,92 @@ class Simulation:
             st = d.waiting.get(job.id)
             del self.pending[job.id]
             self._end(job, JobState.FAILED, f"unschedulable: {st.reason if st else 'no capacity'}")
+
+    # -- budgets -------------------------------------------------------------------------------------
+    def _usd_per_gpu_hour(self) -> float:
+        """The dearest whole-node price per GPU among the nodes (as the API estimates)."""
+        return max(
+            (sn.hourly_usd / sn.node.gpu_count for sn in self.cluster.live_nodes() if sn.node.gpu_count),
+            default=0.0,
+        )
+
+    def _scope_spend(self, budget: Budget, start: float, now: float) -> float:
+        if now <= start:
+            return 0.0
+        alloc = allocate(self.ledger, start, now, (budget.scope.aggregate,), as_of=now)
+        return float(sum(r.total_cost_usd for r in alloc.rows if budget.scope.matches_key(r.key[0])))
+
+    def _budget_block(self, job: Job) -> str | None:
+        """Why a ``block`` budget refuses ``job`` now (committed + its estimate past the limit), or None."""
+        now = self.clock.now()
+        price = self._usd_per_gpu_hour()
+        cost = estimate_for(job, price, now).cost_usd
+        for b in self.budgets:
+            if b.action != "block" or not b.enabled or not b.covers_job(job):
+                continue
+            period = b.period_at(now)
+            if not period.start <= now < period.end:
+                continue
+            unfinished = [*self.pending.values(), *(r.job for r in self.runs.values())]
+            committed = self._scope_spend(b, period.start, now) + sum(
+                estimate_for(j, price, now).cost_usd for j in unfinished if b.covers_job(j)
+            )
+            since = self._over_since.get((b.id, period.start))
+            in_grace = since is not None and b.grace_s > 0 and now - since < b.grace_s
+            if check_block(b, committed, cost, in_grace=in_grace).fits:
+                continue
+            if since is None and b.grace_s > 0:
+                self._over_since[(b.id, period.start)] = now  # the grace window starts with this job
+                continue
+            err = BudgetExceededError(b, committed, cost)
+            self._budget_blocked.append(
+                {
+                    "job_id": job.id,
+                    "time": now,
+                    "team": job.team,
+                    "budget": b.name,
+                    "limit_usd": b.limit_usd,
+                    "committed_usd": round(committed, 2),
+                    "job_cost_usd": round(cost, 2),
+                }
+            )
+            return f"budget_exceeded: {err.message}"
+        return None
+
+    def _evaluate_budgets(self, now: float) -> None:
+        """Thresholds crossed (recorded once per period, as alerts) and the throttles in force."""
+        if now - self._last_budget_eval < self.options.budget_interval_s:
+            return
+        self._last_budget_eval = now
+        rules = []
+        for b in self.budgets:
+            if not b.enabled:
+                continue
+            period = b.period_at(now)
+            if not period.start <= now < period.end:
+                continue
+            st = budget_status(b, period, self._scope_spend(b, period.start, now), now)
+            for th in st.crossed:
+                key = (b.id, period.start, th.percent)
+                if key not in self._alerted:
+                    self._alerted.add(key)
+                    self._budget_alerts.append(
+                        {
+                            "time": now,
+                            "budget": b.name,
+                            "threshold": th.percent,
+                            "severity": th.severity,
+                            "spend_usd": round(st.spend_usd, 2),
+                            "limit_usd": b.limit_usd,
+                        }
+                    )
+                if th.percent == LIMIT_PERCENT:
+                    self._over_since.setdefault((b.id, period.start), now)
+            if st.over:
+                self._over_since.setdefault((b.id, period.start), now)
+            if b.action == "throttle" and enforcing(b, self._over_since.get((b.id, period.start)), now):
+                rules.append(ThrottleRule(b.name, b.scope, b.throttle))
+        self._throttles = rules
 
     # -- runs --------------------------------------------------------------------------------------------
     def _start(self, job: Job, assignments: tuple[Assignment, ...], now: float) -> None:
@@ -383,6 +502,8 @@ class Simulation:
     # -- outputs -----------------------------------------------------------------------------------------
     def _sample(self) -> None:
         now = self.clock.now()
+        if self.budgets:  # budgets: alerts are also evaluated while nothing waits
+            self._evaluate_budgets(now)
         total = sum(sn.node.gpu_count for sn in self.cluster.live_nodes())
         alloc = self._allocated_milli / MILLI
         self._samples.append(
@@ -446,5 +567,10 @@ class Simulation:
                 "seed": self.options.seed,
                 "cluster_cost_usd": float(alloc.totals.total_cost_usd),
                 "idle_cost_usd": float(alloc.idle.total_cost_usd),
+                **(
+                    {"budget_blocked": self._budget_blocked, "budget_alerts": self._budget_alerts}
+                    if self.budgets
+                    else {}
+                ),
             },
         )

@@ -15,9 +15,11 @@ from sqlalchemy.orm import Session
 from gpufleet.api.auth import Principal, job_not_found, require_visible, require_writer
 from gpufleet.api.context import ApiContext
 from gpufleet.api.deps import AUTHED, READ_ONE, WRITE_ONE, Caller, Ctx, Metrics
-from gpufleet.api.problems import input_at
+from gpufleet.api.problems import input_at, problem_response
 from gpufleet.api.render import event_out, job_out
+from gpufleet.control.budgets import check_submission  # budgets: the block check
 from gpufleet.control.submit import prepare_submit
+from gpufleet.cost.budgets import BudgetExceededError
 from gpufleet.errors import ConflictError, InputError, NotFoundError
 from gpufleet.model.job import JobState
 from gpufleet.store import repo
@@ -74,6 +76,7 @@ def _wake(ctx: ApiContext) -> None:
     responses={
         **WRITE_ONE,
         200: {"model": JobOut, "description": "A replay: the job created by an earlier request with this key"},
+        402: {"description": "A budget of the job's scope blocks it (code budget_exceeded)"},
     },
     summary="Submit a job",
 )
@@ -89,17 +92,24 @@ def submit_job(
     with input_at("body"):
         prepared = prepare_submit(body, caller_team=who.team, caller_role=who.role)
     now = ctx.clock.now()
-    with ctx.database.session() as s:
-        row, created = repo.submit_job(
-            s,
-            prepared.fields,
-            team=prepared.team,
-            submitted_by=who.token_id,
-            idempotency_key=idempotency_key,
-            request_sha256=prepared.request_sha256,
-            now=now,
-        )
-        out = job_out(row)
+    try:
+        with ctx.database.session() as s:
+            # budgets: the block check and the insert in one transaction, serialized per budget
+            check_submission(
+                s, prepared.fields, prepared.team, now, submitted_by=who.token_id, idempotency_key=idempotency_key
+            )
+            row, created = repo.submit_job(
+                s,
+                prepared.fields,
+                team=prepared.team,
+                submitted_by=who.token_id,
+                idempotency_key=idempotency_key,
+                request_sha256=prepared.request_sha256,
+                now=now,
+            )
+            out = job_out(row)
+    except BudgetExceededError as e:  # budgets: RFC 9457 problem, 402 Payment Required
+        return problem_response(402, e.code, e.message, instance="/v1/jobs")
     if created:
         metrics.submits.labels(prepared.team).inc()
         _wake(ctx)

@@ -1,0 +1,224 @@
+"""``/v1/budgets``: create, list, get, replace, delete, status, and the feasibility check of a job."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Response
+from sqlalchemy.orm import Session
+
+from gpufleet.api.auth import require_admin
+from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, Caller, Ctx
+from gpufleet.api.problems import input_at
+from gpufleet.control.submit import prepare_submit
+from gpufleet.cost.budgets import Budget, budget_status, check_block, enforcing, estimate_job_cost, make_budget
+from gpufleet.notify.channels import masked, validate_channels
+from gpufleet.store import budgets_repo
+from gpufleet.store.models import BudgetRow
+from gpufleet.wire import (
+    BudgetAlertOut,
+    BudgetCheckLine,
+    BudgetCheckOut,
+    BudgetIn,
+    BudgetOut,
+    BudgetStatusOut,
+    JobSubmit,
+    ThresholdOut,
+    ThrottleIn,
+)
+
+router = APIRouter(prefix="/v1/budgets", tags=["budgets"])
+
+
+def _dt(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC)
+
+
+def _budget(body: BudgetIn, id: str = "") -> Budget:
+    """Validate a body into a pure budget (errors name ``body.<field>``)."""
+    with input_at("body"):
+        validate_channels(body.channels)
+        return make_budget(
+            id=id,
+            name=body.name,
+            scope=body.scope,
+            limit_usd=body.limit_usd,
+            period=body.period,
+            timezone=body.timezone,
+            period_start=None if body.period_start is None else body.period_start.timestamp(),
+            period_end=None if body.period_end is None else body.period_end.timestamp(),
+            thresholds=None if body.thresholds is None else [t.model_dump() for t in body.thresholds],
+            action=body.action,
+            throttle=None if body.throttle is None else body.throttle.model_dump(),
+            grace_s=body.grace_s,
+            channels=body.channels,
+        )
+
+
+def budget_out(row: BudgetRow) -> BudgetOut:
+    b = budgets_repo.budget_of(row)
+    return BudgetOut(
+        id=row.id,
+        name=row.name,
+        scope=str(b.scope),
+        limit_usd=b.limit_usd,
+        period=b.period,
+        timezone=b.timezone,
+        period_start=_dt(b.period_start),
+        period_end=_dt(b.period_end),
+        thresholds=[ThresholdOut(percent=t.percent, severity=t.severity) for t in b.thresholds],
+        action=b.action,
+        throttle=None if b.throttle.empty else ThrottleIn(**b.throttle.to_json()),
+        grace_s=b.grace_s,
+        channels=[masked(c) for c in b.channels],
+        enabled=row.enabled,
+        created_at=datetime.fromtimestamp(row.created_at, UTC),
+        updated_at=datetime.fromtimestamp(row.updated_at, UTC),
+    )
+
+
+@router.post("", status_code=201, response_model=BudgetOut, responses={**ADMIN, 409: {"description": "Name taken"}})
+def create_budget(body: BudgetIn, ctx: Ctx, who: Caller) -> BudgetOut:
+    """Create a budget (admin)."""
+    require_admin(who)
+    budget = _budget(body)
+    with ctx.database.session() as s:
+        row = budgets_repo.create_budget(s, budget, created_by=who.token_id, now=ctx.clock.now())
+        row.enabled = body.enabled
+        return budget_out(row)
+
+
+@router.get("", response_model=list[BudgetOut], responses=AUTHED, summary="List budgets")
+def list_budgets(ctx: Ctx, who: Caller) -> list[BudgetOut]:
+    with ctx.database.session(readonly=True) as s:
+        return [budget_out(r) for r in budgets_repo.list_budgets(s)]
+
+
+@router.post("/check", response_model=BudgetCheckOut, responses=AUTHED, summary="Would a job fit its budgets?")
+def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
+    """The estimated cost of a job (GPUs x runtime estimate, else max runtime, else 1 h x the
+    dearest GPU-hour among the nodes it may use) against what is left in every enabled budget whose
+    scope covers it. Nothing is submitted."""
+    with input_at("body"):
+        prepared = prepare_submit(body, caller_team=who.team, caller_role=who.role)
+    f = prepared.fields
+    now = ctx.clock.now()
+    with ctx.database.session(readonly=True) as s:
+        price = budgets_repo.usd_per_gpu_hour(s, tuple(f["gpu_types"]))
+        gpus = f["gpus"] * f["gpu_milli"] / 1000.0
+        est = estimate_job_cost(
+            gpus, price, estimated_runtime_s=f["estimated_runtime_s"], max_runtime_s=f["max_runtime_s"]
+        )
+        rows = budgets_repo.budgets_covering(
+            s,
+            team=prepared.team,
+            project=f["project"],
+            namespace=f["namespace"],
+            experiment=f["experiment"],
+            labels=f["labels"],
+        )
+        lines = []
+        blocked = False
+        for row in rows:
+            b = budgets_repo.budget_of(row)
+            period = b.period_at(now)
+            committed = budgets_repo.committed_spend(s, b.scope, period, now).total_usd
+            v = check_block(b, committed, est.cost_usd)
+            blocked |= b.action == "block" and not v.fits
+            lines.append(
+                BudgetCheckLine(
+                    budget_id=b.id,
+                    name=b.name,
+                    scope=str(b.scope),
+                    action=b.action,
+                    limit_usd=b.limit_usd,
+                    committed_usd=round(committed, 2),
+                    remaining_usd=round(v.remaining_usd, 2),
+                    fits=v.fits,
+                )
+            )
+    return BudgetCheckOut(
+        job_cost_usd=round(est.cost_usd, 2),
+        gpus=gpus,
+        runtime_s=est.runtime_s,
+        runtime_source=est.runtime_source,
+        usd_per_gpu_hour=round(price, 4),
+        fits=all(line.fits for line in lines),
+        blocked=blocked,
+        budgets=lines,
+    )
+
+
+@router.get("/{ref}", response_model=BudgetOut, responses=READ_ONE, summary="Get a budget (id or name)")
+def get_budget(ref: str, ctx: Ctx, who: Caller) -> BudgetOut:
+    with ctx.database.session(readonly=True) as s:
+        return budget_out(budgets_repo.get_budget(s, ref))
+
+
+@router.put("/{ref}", response_model=BudgetOut, responses={**READ_ONE, **ADMIN}, summary="Replace a budget")
+def put_budget(ref: str, body: BudgetIn, ctx: Ctx, who: Caller) -> BudgetOut:
+    require_admin(who)
+    with ctx.database.session() as s:
+        row = budgets_repo.get_budget(s, ref)
+        row = budgets_repo.update_budget(s, row.id, _budget(body, row.id), ctx.clock.now())
+        row.enabled = body.enabled
+        return budget_out(row)
+
+
+@router.delete("/{ref}", status_code=204, responses={**READ_ONE, **ADMIN}, summary="Delete a budget")
+def delete_budget(ref: str, ctx: Ctx, who: Caller) -> Response:
+    require_admin(who)
+    with ctx.database.session() as s:
+        budgets_repo.delete_budget(s, ref)
+    return Response(status_code=204)
+
+
+def _status(s: Session, row: BudgetRow, now: float) -> BudgetStatusOut:
+    """Read-only: alerts are fired by the controller's evaluation, not by looking."""
+    b = budgets_repo.budget_of(row)
+    period = b.period_at(now)
+    status = budget_status(b, period, budgets_repo.scope_spend(s, b.scope, period.start, period.end, now), now)
+    in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now)
+    committed = budgets_repo.committed_spend(s, b.scope, period, now)
+    alerts = budgets_repo.alerts_of(s, b.id, period.start)
+    sent: dict[int, Counter[str]] = {}
+    for n in budgets_repo.notifications_of(s, (a.id for a in alerts)):
+        sent.setdefault(n.alert_id, Counter())[n.status] += 1
+    return BudgetStatusOut(
+        budget_id=b.id,
+        name=b.name,
+        scope=str(b.scope),
+        action=b.action,
+        period_start=datetime.fromtimestamp(period.start, UTC),
+        period_end=datetime.fromtimestamp(period.end, UTC),
+        limit_usd=b.limit_usd,
+        spend_usd=round(status.spend_usd, 2),
+        committed_usd=round(committed.total_usd, 2),
+        percent=round(status.percent, 2),
+        projected_usd=round(status.projected_usd, 2),
+        remaining_usd=round(status.remaining_usd, 2),
+        days_left=round(status.days_left, 3),
+        thresholds_crossed=[t.percent for t in status.crossed],
+        enforcing=in_force,
+        alerts=[
+            BudgetAlertOut(
+                threshold=a.threshold,
+                severity=a.severity,
+                kind=a.kind,
+                fired_at=datetime.fromtimestamp(a.fired_at, UTC),
+                spend_usd=round(a.spend_usd, 2),
+                limit_usd=a.limit_usd,
+                notifications=dict(sent.get(a.id, {})),
+            )
+            for a in alerts
+        ],
+    )
+
+
+@router.get("/{ref}/status", response_model=BudgetStatusOut, responses=READ_ONE, summary="A budget's status")
+def budget_status_route(ref: str, ctx: Ctx, who: Caller) -> BudgetStatusOut:
+    """Spend in the current period, percent used, projected period-end spend, days left, the
+    committed spend that ``block`` checks against, and the alerts fired in the period."""
+    with ctx.database.session(readonly=True) as s:
+        return _status(s, budgets_repo.get_budget(s, ref), ctx.clock.now())

@@ -1,0 +1,430 @@
+"""Budgets in the store: CRUD, exactly-once alerts, the notification outbox, and a scope's spend.
+
+Like :mod:`gpufleet.store.repo`, every function takes the session and never commits: the caller
+decides what is atomic.
+
+Concurrency contracts:
+
+- ``insert_alert`` fires a threshold once per budget and period, whoever evaluates: one
+  ``INSERT ... ON CONFLICT DO NOTHING`` on the unique (budget, period, threshold); only the winner
+  inserts the alert's outbox rows (in the same transaction), so notifications are queued once.
+- ``lock_budgets`` serializes the block check of a submission with the insert of the job, per
+  budget: ``SELECT ... FOR UPDATE`` on the budget rows (in id order, so two submitters never wait
+  on each other crosswise) on PostgreSQL; on SQLite the write transaction already holds the single
+  write lock (``BEGIN IMMEDIATE`` and :class:`~gpufleet.store.db.Database`'s writer lock).
+- ``claim_notification`` is a compare-and-set on ``(status, attempts)``: of several dispatchers
+  only one gets to attempt a given delivery at a time.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+from sqlalchemy import CursorResult, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpufleet.cost.budgets import (
+    LIMIT_PERCENT,
+    Budget,
+    Period,
+    Scope,
+    alert_message,
+    dedup_key,
+    estimate_job_cost,
+    iso,
+    make_budget,
+)
+from gpufleet.cost.ledger import allocate
+from gpufleet.errors import ConflictError, NotFoundError
+from gpufleet.store import repo
+from gpufleet.store.models import BudgetAlertRow, BudgetRow, JobRow, NodeRow, NotificationRow, RunRow
+
+# Jobs whose cost is still to come: queued (not yet metered at all) or holding resources (metered
+# so far by the ledger, the rest estimated).
+UNFINISHED_STATES: Final = ("PENDING", "ADMITTED", "RUNNING", "PREEMPTED")
+_ID_ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz234567"
+
+
+def _new_id() -> str:
+    return "b-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+
+
+# -- CRUD -----------------------------------------------------------------------------------------------
+
+
+def budget_of(row: BudgetRow) -> Budget:
+    """The pure :class:`Budget` of a stored row."""
+    return make_budget(
+        id=row.id,
+        name=row.name,
+        scope=Scope(row.scope_kind, row.scope_value or ""),
+        limit_usd=row.limit_usd,
+        period=row.period,
+        timezone=row.timezone,
+        period_start=row.period_start,
+        period_end=row.period_end,
+        thresholds=row.thresholds or None,
+        action=row.action,
+        throttle=row.throttle or None,
+        grace_s=row.grace_s,
+        channels=row.channels or [],
+        enabled=row.enabled,
+    )
+
+
+def _values(b: Budget) -> dict[str, Any]:
+    return {
+        "name": b.name,
+        "scope_kind": b.scope.kind,
+        "scope_value": b.scope.value,
+        "period": b.period,
+        "period_start": b.period_start,
+        "period_end": b.period_end,
+        "timezone": b.timezone,
+        "limit_usd": b.limit_usd,
+        "thresholds": [{"percent": t.percent, "severity": t.severity} for t in b.thresholds],
+        "action": b.action,
+        "throttle": b.throttle.to_json(),
+        "grace_s": b.grace_s,
+        "channels": [dict(c) for c in b.channels],
+        "enabled": b.enabled,
+    }
+
+
+def create_budget(s: Session, budget: Budget, *, created_by: str | None, now: float) -> BudgetRow:
+    """Store a new budget (``budget.id`` empty: one is made). A taken name is a ConflictError."""
+    row = BudgetRow(id=budget.id or _new_id(), created_by=created_by, created_at=now, updated_at=now, **_values(budget))
+    try:
+        with s.begin_nested():
+            s.add(row)
+            s.flush()
+    except IntegrityError:
+        raise ConflictError(f"a budget named '{budget.name}' already exists") from None
+    return row
+
+
+def get_budget(s: Session, ref: str, *, for_update: bool = False) -> BudgetRow:
+    """A budget by id or by name."""
+    q = select(BudgetRow).where((BudgetRow.id == ref) | (BudgetRow.name == ref))
+    if for_update:
+        q = q.with_for_update()
+    row = s.scalars(q.execution_options(populate_existing=True)).first()
+    if row is None:
+        raise NotFoundError(f"budget '{ref}' not found")
+    return row
+
+
+def list_budgets(s: Session, *, enabled_only: bool = False) -> list[BudgetRow]:
+    q = select(BudgetRow).order_by(BudgetRow.name)
+    if enabled_only:
+        q = q.where(BudgetRow.enabled.is_(True))
+    return list(s.scalars(q))
+
+
+def update_budget(s: Session, ref: str, budget: Budget, now: float) -> BudgetRow:
+    row = get_budget(s, ref)
+    for k, v in _values(budget).items():
+        setattr(row, k, v)
+    row.updated_at = now
+    try:
+        with s.begin_nested():
+            s.flush()
+    except IntegrityError:
+        raise ConflictError(f"a budget named '{budget.name}' already exists") from None
+    return row
+
+
+def delete_budget(s: Session, ref: str) -> None:
+    row = get_budget(s, ref)
+    s.delete(row)
+    s.flush()
+
+
+def lock_budgets(s: Session, ids: Sequence[str]) -> None:
+    """Serialize block checks per budget until this transaction ends (see the module docstring)."""
+    if not ids or s.get_bind().dialect.name != "postgresql":
+        return
+    s.execute(select(BudgetRow.id).where(BudgetRow.id.in_(sorted(ids))).order_by(BudgetRow.id).with_for_update())
+
+
+# -- alerts and the outbox ------------------------------------------------------------------------------
+
+
+def alert_payload(
+    budget: Budget, period: Period, threshold: float, severity: str, spend: float, now: float
+) -> dict[str, Any]:
+    """The alert every channel formats from (and what a generic webhook receives as is)."""
+    return {
+        "kind": "budget_threshold",
+        "budget_id": budget.id,
+        "budget": budget.name,
+        "scope": str(budget.scope),
+        "period": budget.period,
+        "period_start": iso(period.start),
+        "period_end": iso(period.end),
+        "threshold": threshold,
+        "severity": severity,
+        "spend_usd": round(spend, 2),
+        "limit_usd": round(budget.limit_usd, 2),
+        "percent": round(spend / budget.limit_usd * 100.0, 2),
+        "fired_at": iso(now),
+        "dedup_key": dedup_key(budget.id, period.start, threshold),
+        "message": alert_message(budget, threshold, spend, period),
+    }
+
+
+def insert_alert(
+    s: Session,
+    budget: Budget,
+    period: Period,
+    *,
+    threshold: float,
+    severity: str,
+    spend_usd: float,
+    now: float,
+    kind: str = "threshold",
+    notify: bool = True,
+) -> BudgetAlertRow | None:
+    """Record that ``budget`` crossed ``threshold`` % in ``period``; None if it already had. Queues
+    one notification per channel when the alert is new and ``notify``."""
+    payload = alert_payload(budget, period, threshold, severity, spend_usd, now)
+    values = {
+        "budget_id": budget.id,
+        "period_start": period.start,
+        "threshold": threshold,
+        "severity": severity,
+        "kind": kind,
+        "fired_at": now,
+        "spend_usd": spend_usd,
+        "limit_usd": budget.limit_usd,
+        "details": {"dedup_key": payload["dedup_key"], "message": payload["message"]},
+    }
+    stmt = repo._insert(s)(BudgetAlertRow).on_conflict_do_nothing(  # type: ignore[attr-defined]
+        index_elements=["budget_id", "period_start", "threshold"]
+    )
+    alert_id = s.execute(stmt.returning(BudgetAlertRow.id), values).scalar_one_or_none()
+    if alert_id is None:
+        return None
+    if notify and budget.channels:
+        s.execute(
+            repo._insert(s)(NotificationRow),
+            [
+                {
+                    "alert_id": alert_id,
+                    "channel_index": i,
+                    "channel": dict(ch),
+                    "payload": payload,
+                    "status": "pending",
+                    "attempts": 0,
+                    "next_attempt_at": now,
+                    "last_error": "",
+                }
+                for i, ch in enumerate(budget.channels)
+            ],
+        )
+    return s.get(BudgetAlertRow, alert_id)
+
+
+def alerts_of(s: Session, budget_id: str, period_start: float | None = None) -> list[BudgetAlertRow]:
+    q = select(BudgetAlertRow).where(BudgetAlertRow.budget_id == budget_id)
+    if period_start is not None:
+        q = q.where(BudgetAlertRow.period_start == period_start)
+    return list(s.scalars(q.order_by(BudgetAlertRow.period_start, BudgetAlertRow.threshold)))
+
+
+def over_since(s: Session, budget_id: str, period_start: float) -> float | None:
+    """When the budget was first found over its limit in the period (its 100 % alert), if it was."""
+    return s.scalar(
+        select(BudgetAlertRow.fired_at).where(
+            BudgetAlertRow.budget_id == budget_id,
+            BudgetAlertRow.period_start == period_start,
+            BudgetAlertRow.threshold == LIMIT_PERCENT,
+        )
+    )
+
+
+def due_notifications(s: Session, now: float, limit: int = 50) -> list[NotificationRow]:
+    q = (
+        select(NotificationRow)
+        .where(NotificationRow.status == "pending", NotificationRow.next_attempt_at <= now)
+        .order_by(NotificationRow.next_attempt_at, NotificationRow.id)
+        .limit(limit)
+    )
+    return list(s.scalars(q))
+
+
+def claim_notification(s: Session, row_id: int, attempts: int, now: float, lease_s: float) -> bool:
+    """Take the delivery of ``row_id`` for one attempt (True) unless another dispatcher did: the
+    row must still be pending at ``attempts``; its next attempt moves ``lease_s`` ahead so a
+    dispatcher that dies mid-delivery is retried later, not at once."""
+    result = s.execute(
+        update(NotificationRow)
+        .where(
+            NotificationRow.id == row_id,
+            NotificationRow.status == "pending",
+            NotificationRow.attempts == attempts,
+            NotificationRow.next_attempt_at <= now,
+        )
+        .values(attempts=attempts + 1, next_attempt_at=now + lease_s)
+        .execution_options(synchronize_session=False)
+    )
+    return int(cast(CursorResult[Any], result).rowcount) == 1
+
+
+def finish_notification(
+    s: Session, row_id: int, *, ok: bool, now: float, error: str = "", retry_at: float | None = None
+) -> None:
+    """Record an attempt's outcome: sent; or failed and retried at ``retry_at`` (None: given up)."""
+    values: dict[str, Any]
+    if ok:
+        values = {"status": "sent", "sent_at": now, "last_error": ""}
+    elif retry_at is None:
+        values = {"status": "failed", "last_error": error[:2000]}
+    else:
+        values = {"status": "pending", "next_attempt_at": retry_at, "last_error": error[:2000]}
+    s.execute(
+        update(NotificationRow)
+        .where(NotificationRow.id == row_id, NotificationRow.status == "pending")
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def notifications_of(s: Session, alert_ids: Iterable[int]) -> list[NotificationRow]:
+    ids = list(alert_ids)
+    if not ids:
+        return []
+    q = select(NotificationRow).where(NotificationRow.alert_id.in_(ids)).order_by(NotificationRow.id)
+    return list(s.scalars(q))
+
+
+# -- spend ------------------------------------------------------------------------------------------------
+
+
+def scope_spend(s: Session, scope: Scope, start: float, end: float, now: float) -> float:
+    """What jobs in ``scope`` cost in ``[start, min(end, now))``: the ledger (stored segments and
+    running jobs metered to ``now``), attributed by :func:`~gpufleet.cost.ledger.allocate`. Idle
+    capacity is not charged to a budget: a budget limits what its jobs hold."""
+    cut = min(end, now)
+    if cut <= start:
+        return 0.0
+    ledger = repo.load_ledger(s, start, cut, now)
+    alloc = allocate(ledger, start, cut, (scope.aggregate,), as_of=cut)
+    return float(sum(r.total_cost_usd for r in alloc.rows if scope.matches_key(r.key[0])))
+
+
+def job_spend(s: Session, job: JobRow, now: float) -> float:
+    """What one job has cost so far, over all its runs."""
+    start = job.started_at if job.started_at is not None else job.submitted_at
+    if now <= start:
+        return 0.0
+    ledger = repo.load_ledger(s, start, now, now)
+    alloc = allocate(ledger, start, now, ("job_id",), as_of=now)
+    return float(sum(r.total_cost_usd for r in alloc.rows if r.key[0] == job.id))
+
+
+def usd_per_gpu_hour(s: Session, gpu_types: Sequence[str] = ()) -> float:
+    """The price of a GPU-hour used for cost estimates: the dearest whole-node price per GPU among
+    the ready nodes the job may use (any node when none matches). Erring high keeps a block
+    conservative. 0 when no GPU node is known (then only metered spend counts)."""
+    nodes = [n for n in s.scalars(select(NodeRow).where(NodeRow.state != "removed")) if n.gpu_count > 0]
+    fit = [n for n in nodes if not gpu_types or n.gpu_model in gpu_types] or nodes
+    return max((n.hourly_price_usd / n.gpu_count for n in fit), default=0.0)
+
+
+def job_row_gpus(row: JobRow) -> float:
+    """GPU-equivalents a stored job holds (count x milli / 1000)."""
+    return row.gpus * row.gpu_milli / 1000.0
+
+
+def _covers(scope: Scope, row: JobRow) -> bool:
+    return scope.covers(
+        team=row.team, project=row.project, namespace=row.namespace, experiment=row.experiment, labels=row.labels
+    )
+
+
+def _scope_filter(scope: Scope) -> list[Any]:
+    col = {"team": JobRow.team, "project": JobRow.project, "namespace": JobRow.namespace}.get(scope.kind)
+    if scope.kind == "experiment":
+        col = JobRow.experiment
+    return [] if col is None else [col == scope.value]
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A scope's committed spend in a period: metered plus the estimated rest of unfinished jobs."""
+
+    spent_usd: float
+    estimated_usd: float
+    jobs: int  # unfinished jobs counted
+
+    @property
+    def total_usd(self) -> float:
+        return self.spent_usd + self.estimated_usd
+
+
+def committed_spend(s: Session, scope: Scope, period: Period, now: float) -> Committed:
+    """What ``scope`` has spent in ``period`` plus what its unfinished jobs are expected to cost:
+    queued and preempted jobs their whole estimate, admitted and running ones the estimate less
+    the time their current run has been going. A job just inserted by a concurrent submit that
+    committed first counts here at once (it is PENDING), which is what keeps ``block`` from being
+    raced past its limit. Runtime: the job's estimate, else its max runtime, else one hour."""
+    spent = scope_spend(s, scope, period.start, period.end, now)
+    price_cache: dict[tuple[str, ...], float] = {}
+    q = select(JobRow).where(JobRow.state.in_(UNFINISHED_STATES), *_scope_filter(scope))
+    rows = [r for r in s.scalars(q) if _covers(scope, r)]
+    started: dict[str, float] = {}
+    active = [r.id for r in rows if r.state in ("ADMITTED", "RUNNING")]
+    if active:
+        q_runs = select(RunRow.job_id, RunRow.started_at).where(RunRow.job_id.in_(active), RunRow.ended_at.is_(None))
+        for job_id, t in s.execute(q_runs):
+            if t is not None:
+                started[job_id] = t
+    estimated = 0.0
+    for r in rows:
+        types = tuple(sorted(r.gpu_types or ()))
+        if types not in price_cache:
+            price_cache[types] = usd_per_gpu_hour(s, types)
+        t0 = started.get(r.id)
+        est = estimate_job_cost(
+            job_row_gpus(r),
+            price_cache[types],
+            estimated_runtime_s=r.estimated_runtime_s,
+            max_runtime_s=r.max_runtime_s,
+            elapsed_s=0.0 if t0 is None else now - t0,
+        )
+        estimated += est.cost_usd
+    return Committed(spent, estimated, len(rows))
+
+
+def budgets_covering(
+    s: Session,
+    *,
+    team: str,
+    project: str,
+    namespace: str,
+    experiment: str,
+    labels: Mapping[str, Any],
+    actions: Sequence[str] | None = None,
+) -> list[BudgetRow]:
+    """Enabled budgets whose scope covers a job with these attributes."""
+    out = []
+    for row in list_budgets(s, enabled_only=True):
+        if actions is not None and row.action not in actions:
+            continue
+        scope = Scope(row.scope_kind, row.scope_value or "")
+        if scope.covers(team=team, project=project, namespace=namespace, experiment=experiment, labels=labels):
+            out.append(row)
+    return out
+
+
+def key_used(s: Session, submitted_by: str | None, key: str | None) -> bool:
+    """Has this submitter used this idempotency key? (A replay is answered, never re-checked.)"""
+    if key is None:
+        return False
+    who = JobRow.submitted_by.is_(None) if submitted_by is None else JobRow.submitted_by == submitted_by
+    return s.scalar(select(JobRow.id).where(who, JobRow.idempotency_key == key)) is not None
