@@ -20,7 +20,9 @@ Routes (all under ``/v1``; bearer token in ``Authorization``):
 ``GET    /teams/{name}``                    → TeamOut
 ``POST   /tokens`` / ``GET /tokens``        → TokenCreated / list[TokenOut] (admin)
 ``DELETE /tokens/{id}``                     revoke (admin)
-``GET    /usage``                           → UsageReport (``window``, ``aggregate``, ``spread_idle``)
+``GET    /usage``                           → UsageReport (``window``, ``aggregate``, ``spread_idle``,
+                                            ``team``, ``label=k=v`` (repeatable); pricing rules
+                                            of the server's settings apply)
 ``GET    /whoami``                          → WhoAmI
 ``GET    /healthz`` ``/readyz`` ``/metrics`` (no auth; at the root, not under ``/v1``)
 ==========================================  =====================================================
@@ -81,6 +83,7 @@ class JobSubmit(_Wire):
     checkpoint_dir: Annotated[str | None, Field(max_length=4096)] = None
     max_runtime_s: Annotated[float | None, Field(gt=0, le=366 * 86400)] = None
     estimated_runtime_s: Annotated[float | None, Field(gt=0, le=366 * 86400)] = None
+    budget_usd: Annotated[float | None, Field(gt=0, le=1e9)] = None  # stop the job when its cost reaches this
     env: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=255)], Annotated[
         str, Field(max_length=32768)
     ]], Field(max_length=256)] = Field(default_factory=dict)
@@ -226,15 +229,39 @@ class CostLineOut(_Out):
     cpu_cost_usd: str
     memory_cost_usd: str
     total_cost_usd: str
+    adjustment_usd: str = "0.00"  # part of the total due to priority multipliers (charged − held)
+
+
+class ReservationOut(_Out):
+    """A reserved commitment over the window: ``committed = covered + unused``."""
+
+    name: str
+    gpu_model: str
+    gpus: int
+    committed_gpu_hours: float
+    committed_usd: str
+    covered_usd: str  # what the reserved nodes it covered cost
+    unused_usd: str  # commitment no node held
 
 
 class UsageReport(_Out):
+    """Costs by ``aggregate``. Column by column, to the cent:
+    ``sum(rows) + other − adjustment + idle + reservation_unused == totals``."""
+
     window_start: datetime
     window_end: datetime
     aggregate: list[str]
     rows: list[CostLineOut]
     idle: CostLineOut
     totals: CostLineOut
+    # Added with pricing rules and filters (defaults keep older servers' answers valid).
+    other: CostLineOut | None = None  # rows the filters (or the caller's team) leave out
+    adjustment: CostLineOut | None = None  # priority multipliers: charged − held
+    reservation_unused: CostLineOut | None = None  # reserved commitment no node held
+    reservations: list[ReservationOut] = Field(default_factory=list)
+    node_cost_usd: str | None = None  # what the nodes cost (totals − unused commitment)
+    filters: dict[str, str] = Field(default_factory=dict)  # "team", "label:<key>" → value
+    rules: str | None = None  # where the pricing rules came from; None: recorded prices
 
 
 class FieldError(_Out):
@@ -252,3 +279,229 @@ class Problem(_Out):
     code: str
     instance: str | None = None
     errors: list[FieldError] = Field(default_factory=list)
+
+
+# -- budgets (``/v1/budgets``) -----------------------------------------------------------------------
+#
+# ``POST /budgets`` → 201 BudgetOut (admin); ``GET /budgets`` → list[BudgetOut];
+# ``GET|PUT|DELETE /budgets/{id or name}``; ``GET /budgets/{id}/status`` → BudgetStatusOut;
+# ``POST /budgets/check`` (a JobSubmit) → BudgetCheckOut. A submission a ``block`` budget refuses is
+# a 402 problem with code ``budget_exceeded``.
+
+Severity = Literal["info", "warning", "critical"]
+
+
+class ThresholdIn(_Wire):
+    percent: Annotated[float, Field(gt=0, le=1000)]
+    severity: Severity = "warning"
+
+
+class ThrottleIn(_Wire):
+    priority: PriorityClass | None = None  # the class the scope's jobs drop to
+    max_gpus: Annotated[float | None, Field(ge=0, le=1e6)] = None  # GPUs the scope may hold at once
+    spot_only: bool = False  # start the scope's (preemptible) jobs on spot capacity only
+
+
+class BudgetIn(_Wire):
+    """A budget. ``scope``: ``all``, ``team:<name>``, ``project:<name>``, ``namespace:<name>``,
+    ``experiment:<name>`` or ``label:<key>=<value>``. ``thresholds`` default to 50/80/100 %
+    (info/warning/critical). ``channels``: ``{"type": "webhook"|"slack"|"email"|"pagerduty", ...}``."""
+
+    name: Annotated[str, Field(pattern=NAME)]
+    scope: Annotated[str, Field(min_length=3, max_length=300)]
+    limit_usd: Annotated[float, Field(gt=0, le=1e12)]
+    period: Literal["monthly", "weekly", "custom"] = "monthly"
+    timezone: Annotated[str, Field(max_length=63)] = "UTC"
+    period_start: datetime | None = None  # custom periods
+    period_end: datetime | None = None
+    thresholds: Annotated[list[ThresholdIn] | None, Field(max_length=16)] = None
+    action: Literal["alert", "throttle", "block"] = "alert"
+    throttle: ThrottleIn | None = None
+    grace_s: Annotated[float, Field(ge=0, le=366 * 86400)] = 0.0
+    channels: Annotated[list[dict[str, object]], Field(max_length=16)] = Field(default_factory=list)
+    enabled: bool = True
+
+
+class ThresholdOut(_Out):
+    percent: float
+    severity: str
+
+
+class BudgetOut(_Out):
+    id: str
+    name: str
+    scope: str
+    limit_usd: float
+    period: str
+    timezone: str
+    period_start: datetime | None
+    period_end: datetime | None
+    thresholds: list[ThresholdOut]
+    action: str
+    throttle: ThrottleIn | None
+    grace_s: float
+    channels: list[dict[str, object]]  # secrets (password, routing_key) shown as "***"
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class BudgetAlertOut(_Out):
+    threshold: float
+    severity: str
+    kind: str  # threshold | limit (the limit crossing recorded for grace, without notifications)
+    fired_at: datetime
+    spend_usd: float
+    limit_usd: float
+    notifications: dict[str, int] = Field(default_factory=dict)  # status → count
+
+
+class BudgetStatusOut(_Out):
+    budget_id: str
+    name: str
+    scope: str
+    action: str
+    period_start: datetime
+    period_end: datetime
+    limit_usd: float
+    spend_usd: float  # metered in the period so far
+    committed_usd: float  # spend plus the estimated rest of the scope's unfinished jobs
+    percent: float
+    projected_usd: float  # period-end spend at the period's run rate so far
+    remaining_usd: float
+    days_left: float
+    thresholds_crossed: list[float]
+    enforcing: bool  # throttle/block in force (over the limit for at least grace_s)
+    alerts: list[BudgetAlertOut]
+
+
+class BudgetCheckLine(_Out):
+    budget_id: str
+    name: str
+    scope: str
+    action: str
+    limit_usd: float
+    committed_usd: float
+    remaining_usd: float
+    fits: bool  # committed + this job <= limit
+
+
+class BudgetCheckOut(_Out):
+    job_cost_usd: float
+    gpus: float
+    runtime_s: float
+    runtime_source: str  # estimate | max_runtime | default
+    usd_per_gpu_hour: float
+    fits: bool  # fits every covering budget (a blocking one that does not fit refuses the submit)
+    blocked: bool  # a block budget would refuse it now
+    budgets: list[BudgetCheckLine]
+
+
+# -- insights: progress, forecasts, anomalies, recommendations, ROI (cost management §4–5) --------
+
+
+class ProgressIn(_Wire):
+    """A running job's progress (``POST /v1/jobs/{id}/progress``): steps (or epochs) done of the planned
+    total, and metrics (e.g. ``{"loss": 0.31}``) for plateau checks. The server stamps the time."""
+
+    step: Annotated[float | None, Field(ge=0, le=1e15)] = None
+    total_steps: Annotated[float | None, Field(gt=0, le=1e15)] = None
+    metrics: Annotated[
+        dict[Annotated[str, Field(max_length=63)], Annotated[float, Field(allow_inf_nan=False)]], Field(max_length=32)
+    ] = Field(default_factory=dict)
+
+
+class JobForecastOut(_Out):
+    """What a running job will still cost (``method``: progress | estimate | none), with an interval."""
+
+    job_id: str
+    method: str
+    spent_usd: float
+    cost_rate_usd_per_hour: float
+    fraction_done: float | None
+    remaining_s: float | None
+    remaining_s_low: float | None
+    remaining_s_high: float | None
+    remaining_usd: float | None
+    remaining_usd_low: float | None
+    remaining_usd_high: float | None
+    level: float
+    explanation: str
+
+
+class SpendForecastOut(_Out):
+    """A scope's spend at the end of the period: spent so far + the forecast of the days left."""
+
+    scope: str
+    period_start: datetime
+    period_end: datetime
+    spent_usd: float
+    forecast_remaining_usd: float
+    total_usd: float
+    low_usd: float
+    high_usd: float
+    level: float
+    days_left: int
+    trend_usd_per_day: float
+    weekday_offsets_usd: list[float]  # Monday..Sunday
+    residual_sd_usd: float
+    history_days: int
+    method: str
+
+
+class AnomalyCauseOut(_Out):
+    dimension: str  # team | job_id
+    key: str
+    spend_usd: float
+    baseline_usd: float
+    increase_usd: float
+    share_of_increase: float
+
+
+class AnomalyOut(_Out):
+    key: str
+    day: str  # YYYY-MM-DD (UTC)
+    scope: str
+    spend_usd: float
+    baseline_usd: float
+    increase_usd: float
+    increase_pct: float
+    causes: list[AnomalyCauseOut]
+    action: str
+    savings_usd_per_day: float
+    message: str
+
+
+class RecommendationOut(_Out):
+    id: str
+    kind: str
+    target: str
+    team: str
+    action: str
+    monthly_savings_usd: float
+    confidence: float
+    evidence: dict[str, float | str]
+    whatif: str | None  # the change `gpufleet whatif --change` replays to back the figure
+
+
+class RoiOut(_Out):
+    """Actual spend against a fixed on-demand cluster sized for the peak; levers add up to the savings."""
+
+    window_start: datetime
+    window_end: datetime
+    hours: float
+    reference_gpu: str
+    reference_usd_per_gpu_hour: float
+    peak_gpus: int
+    used_gpu_hours: float
+    node_gpu_hours: float
+    counterfactual_usd: float
+    actual_usd: float
+    savings_usd: float
+    savings_pct: float | None
+    levers_usd: dict[str, float]
+    projected_annual_savings_usd: float
+    platform_cost_usd: float
+    platform_cost_usd_per_month: float
+    payback_months: float | None
+    assumptions: list[str]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.clock import Clock, WallClock
+from gpufleet.cost.rules import PricingRules
 from gpufleet.store.db import Database
 
 
@@ -28,6 +29,7 @@ class ApiContext:
     - ``auth_cache_s``: how long a successful token lookup is trusted without asking the store (a
       revoked token keeps working on other replicas for at most this long);
     - ``log_poll_s``: how often a followed log is polled for new bytes;
+    - ``pricing_rules``: the server's pricing rules (time-of-day, priority, reservations, on-prem);
     - ``worker_threads``: threads that run blocking endpoint code (store transactions). Few: the
       GIL runs one at a time anyway, and many threads only contend for it and for the store.
     """
@@ -40,6 +42,7 @@ class ApiContext:
     auth_cache_s: float = 5.0
     log_poll_s: float = 0.2
     worker_threads: int = int(os.environ.get("GPUFLEET_API_THREADS", "8"))
+    pricing_rules: PricingRules | None = None  # the server's pricing rules (usage reports apply them)
 
     def log_path(self, job_id: str) -> Path:
         return self.logs_dir / f"{job_id}.log"

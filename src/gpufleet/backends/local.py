@@ -429,9 +429,15 @@ class LocalBackend:
                 "GPUFLEET_CHECKPOINT_DIR": str(ckpt),
                 "GPUFLEET_RESTART_COUNT": str(req.restart_count),
                 "GPUFLEET_NODE": self.node_name,
+                # where the job may report its progress (steps, metrics) for cost forecasts
+                "GPUFLEET_PROGRESS_FILE": str(self.progress_path(req.job_id, req.run)),
             }
         )
         return env
+
+    def progress_path(self, job_id: str, run: int) -> Path:
+        """The progress file a run may write (JSON, see gpufleet.cost.forecast); in its run directory."""
+        return self.run_dir(job_id, run) / "progress.json"
 
     def _gpu_env(self, job_id: str, placement: tuple[PodPlacement, ...]) -> dict[str, str]:
         """CUDA_VISIBLE_DEVICES (and MPS share / MIG slice variables) for a placement."""

@@ -19,6 +19,7 @@ from gpufleet.backends.local import LocalBackend
 from gpufleet.clock import WallClock
 from gpufleet.control.controller import Controller, ControllerConfig
 from gpufleet.control.settings import Settings
+from gpufleet.cost.rules import rules_from_setting
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.sdk.config import write_private_file
 from gpufleet.store import repo
@@ -52,6 +53,7 @@ class Server:
                 clock=WallClock(),
                 wake=self.controller.wake,
                 ready=self.controller.ready,
+                pricing_rules=rules_from_setting(self.settings.pricing),
             )
         )
 
@@ -92,7 +94,14 @@ def worker_app() -> FastAPI:
 
     settings = Settings.model_validate_json(os.environ[SETTINGS_ENV])
     db = Database(settings.db_url)
-    return create_app(ApiContext(database=db, logs_dir=settings.home / "logs", clock=WallClock()))
+    return create_app(
+        ApiContext(
+            database=db,
+            logs_dir=settings.home / "logs",
+            clock=WallClock(),
+            pricing_rules=rules_from_setting(settings.pricing),
+        )
+    )
 
 
 def seed_teams(db: Database, settings: Settings, now: float) -> None:

@@ -53,6 +53,7 @@ AGGREGATE_FIELDS: tuple[str, ...] = (
     "pool",
     "gpu_model",
     "capacity_type",
+    "priority_class",
 )
 
 
@@ -193,6 +194,9 @@ class NodeInterval:
     hourly_usd: float
     start: float
     end: float
+    # The exact price when it is not a decimal a float prints as (set by pricing rules, e.g. a
+    # multiplier or an amortised on-prem price); ``hourly_usd`` is then its float approximation.
+    exact_hourly_usd: Fraction | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_node(
@@ -225,6 +229,7 @@ class UsageSegment:
     node_hourly_usd: float
     start: float
     end: float
+    priority_class: str = "normal"  # the job's class; pricing rules may apply a chargeback multiplier
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
@@ -266,6 +271,7 @@ class _Open:
     cpu_milli: int
     memory_mib: int
     start: float
+    priority_class: str = "normal"
 
 
 @dataclass(slots=True)
@@ -283,6 +289,7 @@ class _Interval:
     start_us: int
     end_us: int | None
     max_segment_end: float  # latest end of a segment inside it (closing may not cut one)
+    exact_price: Fraction | None = None  # see NodeInterval.exact_hourly_usd
 
     def covers(self, start: float, end: float | None) -> bool:
         if start < self.start:
@@ -306,6 +313,7 @@ class _Interval:
             self.hourly_usd,
             self.start,
             stop,
+            self.exact_price,
         )
 
 
@@ -329,7 +337,7 @@ class Ledger:
 
     def add_node(self, interval: NodeInterval) -> None:
         """Record a node's closed lifetime (intervals of one node may not overlap)."""
-        self._add_interval(
+        idx = self._add_interval(
             interval.node,
             interval.pool,
             interval.gpu_model,
@@ -341,6 +349,8 @@ class Ledger:
             interval.start,
             interval.end,
         )
+        if interval.exact_hourly_usd is not None:
+            self._intervals[idx].exact_price = _exact(interval.exact_hourly_usd, "exact_hourly_usd")
 
     def open_node(self, node: Node, *, hourly_usd: float, start: float) -> None:
         """A node came up at ``start`` costing ``hourly_usd`` (price it with the catalog's
@@ -433,6 +443,7 @@ class Ledger:
         namespace: str = "default",
         experiment: str = "",
         labels: Mapping[str, str] | None = None,
+        priority_class: str = "normal",
     ) -> SegmentHandle:
         """A job starts holding resources of ``node`` (pool, model, capacity type and price are
         the node's interval's). Returns the handle to :meth:`close` it with."""
@@ -457,6 +468,7 @@ class Ledger:
             cpu_milli,
             memory_mib,
             start,
+            priority_class,
         )
         return handle
 
@@ -482,6 +494,7 @@ class Ledger:
             namespace=spec.namespace,
             experiment=spec.experiment,
             labels=spec.labels,
+            priority_class=spec.priority_class,
         )
 
     def close(self, handle: SegmentHandle, end: float) -> UsageSegment:
@@ -614,6 +627,7 @@ class Ledger:
             iv.hourly_usd,
             op.start,
             end,
+            op.priority_class,
         )
 
     def _store(self, seg: UsageSegment, idx: int, units: int) -> None:
@@ -701,7 +715,7 @@ def allocate(
     capacity: dict[int, list[int]] = {}  # split → [gpu units·us, cpu milli·us, mib·us]
     node_cost = Fraction(0)
     for iv in ledger._intervals:
-        price = _exact(iv.hourly_usd, "hourly_usd")
+        price = iv.exact_price if iv.exact_price is not None else _exact(iv.hourly_usd, "hourly_usd")
         skey = (price, iv.gpu_count, iv.cpu_milli, iv.memory_mib, iv.capacity_type)
         sid = split_of.get(skey)
         if sid is None:

@@ -45,14 +45,24 @@ from gpufleet.errors import (
 )
 from gpufleet.sdk.config import resolve_token, resolve_url
 from gpufleet.wire import (
+    AnomalyOut,
+    BudgetCheckOut,
+    BudgetIn,
+    BudgetOut,
+    BudgetStatusOut,
     JobEventOut,
+    JobForecastOut,
     JobOut,
     JobPage,
     JobSubmit,
     NodeOut,
     Problem,
+    ProgressIn,
     QueueEntry,
+    RecommendationOut,
+    RoiOut,
     Role,
+    SpendForecastOut,
     TeamIn,
     TeamOut,
     TokenCreate,
@@ -342,9 +352,19 @@ def _team_in(team: TeamIn | None, fields: Mapping[str, Any]) -> TeamIn:
         raise input_error_from(e) from None
 
 
-def _usage_call(window: str, aggregate: str | Sequence[str], spread_idle: bool) -> _Call[UsageReport]:
+def _usage_call(
+    window: str,
+    aggregate: str | Sequence[str],
+    spread_idle: bool,
+    team: str | None = None,
+    labels: Mapping[str, str] | Sequence[str] | None = None,
+) -> _Call[UsageReport]:
     agg = aggregate if isinstance(aggregate, str) else ",".join(aggregate)
     params = [("window", window), ("aggregate", agg), ("spread_idle", "true" if spread_idle else "false")]
+    if team is not None:
+        params.append(("team", team))
+    items = [f"{k}={v}" for k, v in labels.items()] if isinstance(labels, Mapping) else list(labels or ())
+    params.extend(("label", item) for item in items)
     return _Call("GET", f"{API_PREFIX}/usage", _model(UsageReport), params=params)
 
 
@@ -653,10 +673,17 @@ class Client:
     # -- money and identity
 
     def usage(
-        self, window: str = "7d", aggregate: str | Sequence[str] = "team", spread_idle: bool = False
+        self,
+        window: str = "7d",
+        aggregate: str | Sequence[str] = "team",
+        spread_idle: bool = False,
+        *,
+        team: str | None = None,
+        labels: Mapping[str, str] | Sequence[str] | None = None,
     ) -> UsageReport:
-        """Cost and GPU-hours over ``window`` (e.g. ``24h``, ``7d``), grouped by ``aggregate`` fields."""
-        return self._do(_usage_call(window, aggregate, spread_idle))
+        """Cost and GPU-hours over ``window`` (e.g. ``24h``, ``7d``), grouped by ``aggregate`` fields,
+        optionally only for ``team`` and jobs with ``labels`` (``{"k": "v"}`` or ``["k=v"]``)."""
+        return self._do(_usage_call(window, aggregate, spread_idle, team, labels))
 
     costs = usage
 
@@ -666,6 +693,72 @@ class Client:
     def health(self) -> dict[str, Any]:
         """``/healthz`` (no auth): the server process answers."""
         return self._do(_Call("GET", "/healthz", _json_any))
+
+    # -- budgets
+
+    def create_budget(self, budget: BudgetIn | None = None, /, **fields: Any) -> BudgetOut:
+        """Create a budget (admin): ``create_budget(name="vision-monthly", scope="team:vision", limit_usd=5000)``."""
+        return self._do(_budget_call("POST", f"{API_PREFIX}/budgets", budget, fields))
+
+    def budgets(self) -> builtins.list[BudgetOut]:
+        return self._do(_Call("GET", f"{API_PREFIX}/budgets", _models(BudgetOut)))
+
+    def budget(self, ref: str) -> BudgetOut:
+        """A budget by id or name."""
+        return self._do(_Call("GET", _budget_path(ref), _model(BudgetOut)))
+
+    def update_budget(self, ref: str, budget: BudgetIn | None = None, /, **fields: Any) -> BudgetOut:
+        """Replace a budget (admin); fields not given take :class:`BudgetIn`'s defaults."""
+        return self._do(_budget_call("PUT", _budget_path(ref), budget, fields))
+
+    def delete_budget(self, ref: str) -> None:
+        self._do(_Call("DELETE", _budget_path(ref), _nothing))
+
+    def budget_status(self, ref: str) -> BudgetStatusOut:
+        """Spend, percent used, projection, days left and alerts of the current period."""
+        return self._do(_Call("GET", _budget_path(ref, "/status"), _model(BudgetStatusOut)))
+
+    def check_budget(self, spec: JobSubmit | None = None, /, **fields: Any) -> BudgetCheckOut:
+        """Would this job fit the budgets covering it? (Its estimated cost against what is left.)"""
+        return self._do(_check_call(spec, fields))
+
+    # -- insights (cost management): progress, forecasts, anomalies, recommendations, ROI
+
+    def report_progress(
+        self,
+        job_id: str,
+        step: float | None = None,
+        total_steps: float | None = None,
+        metrics: Mapping[str, float] | None = None,
+    ) -> JobForecastOut:
+        """Report a running job's progress (steps of total, metrics); returns its cost forecast."""
+        return self._do(_progress_call(job_id, step, total_steps, metrics))
+
+    def forecast(self, job_id: str) -> JobForecastOut:
+        """A job's remaining cost, with an interval."""
+        return self._do(_Call("GET", _job_path(job_id, "/forecast"), _model(JobForecastOut)))
+
+    def forecast_spend(self, team: str | None = None, period: str = "month", level: float = 0.9) -> SpendForecastOut:
+        """A scope's (all, or a team's) spend at the end of the month or week."""
+        return self._do(_spend_call(team, period, level))
+
+    def anomalies(
+        self, days: int = 30, threshold: float = 0.2, min_increase_usd: float = 50.0, team: str | None = None
+    ) -> builtins.list[AnomalyOut]:
+        """Daily cost anomalies over the last ``days`` complete days, with their causes."""
+        return self._do(_anomalies_call(days, threshold, min_increase_usd, team))
+
+    def recommendations(
+        self, window: str = "7d", reserved_discount: float | None = None
+    ) -> builtins.list[RecommendationOut]:
+        """Ways to spend less, largest $ per month first."""
+        return self._do(_recs_call(window, reserved_discount))
+
+    def roi(
+        self, window: str = "30d", platform_cost_usd: float = 0.0, platform_cost_usd_per_month: float = 0.0
+    ) -> RoiOut:
+        """Savings against a fixed on-demand cluster sized for the peak, by lever."""
+        return self._do(_roi_call(window, platform_cost_usd, platform_cost_usd_per_month))
 
 
 # ------------------------------------------------------------------------------------------------ async
@@ -874,9 +967,15 @@ class AsyncClient:
         await self._do(_Call("DELETE", f"{API_PREFIX}/tokens/{quote(token_id, safe='')}", _nothing))
 
     async def usage(
-        self, window: str = "7d", aggregate: str | Sequence[str] = "team", spread_idle: bool = False
+        self,
+        window: str = "7d",
+        aggregate: str | Sequence[str] = "team",
+        spread_idle: bool = False,
+        *,
+        team: str | None = None,
+        labels: Mapping[str, str] | Sequence[str] | None = None,
     ) -> UsageReport:
-        return await self._do(_usage_call(window, aggregate, spread_idle))
+        return await self._do(_usage_call(window, aggregate, spread_idle, team, labels))
 
     costs = usage
 
@@ -885,3 +984,132 @@ class AsyncClient:
 
     async def health(self) -> dict[str, Any]:
         return await self._do(_Call("GET", "/healthz", _json_any))
+
+    # -- budgets
+
+    async def create_budget(self, budget: BudgetIn | None = None, /, **fields: Any) -> BudgetOut:
+        return await self._do(_budget_call("POST", f"{API_PREFIX}/budgets", budget, fields))
+
+    async def budgets(self) -> builtins.list[BudgetOut]:
+        return await self._do(_Call("GET", f"{API_PREFIX}/budgets", _models(BudgetOut)))
+
+    async def budget(self, ref: str) -> BudgetOut:
+        return await self._do(_Call("GET", _budget_path(ref), _model(BudgetOut)))
+
+    async def update_budget(self, ref: str, budget: BudgetIn | None = None, /, **fields: Any) -> BudgetOut:
+        return await self._do(_budget_call("PUT", _budget_path(ref), budget, fields))
+
+    async def delete_budget(self, ref: str) -> None:
+        await self._do(_Call("DELETE", _budget_path(ref), _nothing))
+
+    async def budget_status(self, ref: str) -> BudgetStatusOut:
+        return await self._do(_Call("GET", _budget_path(ref, "/status"), _model(BudgetStatusOut)))
+
+    async def check_budget(self, spec: JobSubmit | None = None, /, **fields: Any) -> BudgetCheckOut:
+        return await self._do(_check_call(spec, fields))
+
+    # -- insights
+
+    async def report_progress(
+        self,
+        job_id: str,
+        step: float | None = None,
+        total_steps: float | None = None,
+        metrics: Mapping[str, float] | None = None,
+    ) -> JobForecastOut:
+        return await self._do(_progress_call(job_id, step, total_steps, metrics))
+
+    async def forecast(self, job_id: str) -> JobForecastOut:
+        return await self._do(_Call("GET", _job_path(job_id, "/forecast"), _model(JobForecastOut)))
+
+    async def forecast_spend(
+        self, team: str | None = None, period: str = "month", level: float = 0.9
+    ) -> SpendForecastOut:
+        return await self._do(_spend_call(team, period, level))
+
+    async def anomalies(
+        self, days: int = 30, threshold: float = 0.2, min_increase_usd: float = 50.0, team: str | None = None
+    ) -> builtins.list[AnomalyOut]:
+        return await self._do(_anomalies_call(days, threshold, min_increase_usd, team))
+
+    async def recommendations(
+        self, window: str = "7d", reserved_discount: float | None = None
+    ) -> builtins.list[RecommendationOut]:
+        return await self._do(_recs_call(window, reserved_discount))
+
+    async def roi(
+        self, window: str = "30d", platform_cost_usd: float = 0.0, platform_cost_usd_per_month: float = 0.0
+    ) -> RoiOut:
+        return await self._do(_roi_call(window, platform_cost_usd, platform_cost_usd_per_month))
+
+
+# ---------------------------------------------------------------------------------------------- budgets
+
+
+def _budget_path(ref: str, suffix: str = "") -> str:
+    return f"{API_PREFIX}/budgets/{quote(ref, safe='')}{suffix}"
+
+
+def _budget_call(method: str, path: str, budget: BudgetIn | None, fields: Mapping[str, Any]) -> _Call[BudgetOut]:
+    try:
+        if budget is None:
+            body = BudgetIn.model_validate(dict(fields))
+        elif fields:
+            body = BudgetIn.model_validate({**budget.model_dump(), **fields})
+        else:
+            body = budget
+    except ValidationError as e:
+        raise input_error_from(e) from None
+    return _Call(method, path, _model(BudgetOut), json=body.model_dump(mode="json", exclude_none=True))
+
+
+def _check_call(spec: JobSubmit | None, fields: Mapping[str, Any]) -> _Call[BudgetCheckOut]:
+    try:
+        job = (
+            spec
+            if spec is not None and not fields
+            else JobSubmit.model_validate({**(spec.model_dump() if spec is not None else {}), **fields})
+        )
+    except ValidationError as e:
+        raise input_error_from(e) from None
+    body = job.model_dump(mode="json", exclude_defaults=True)
+    return _Call("POST", f"{API_PREFIX}/budgets/check", _model(BudgetCheckOut), json=body)
+
+
+# --------------------------------------------------------------------------------------------- insights
+
+
+def _progress_call(
+    job_id: str, step: float | None, total_steps: float | None, metrics: Mapping[str, float] | None
+) -> _Call[JobForecastOut]:
+    try:
+        body = ProgressIn(step=step, total_steps=total_steps, metrics=dict(metrics or {}))
+    except ValidationError as e:
+        raise input_error_from(e) from None
+    return _Call("POST", _job_path(job_id, "/progress"), _model(JobForecastOut), json=body.model_dump(mode="json"))
+
+
+def _spend_call(team: str | None, period: str, level: float) -> _Call[SpendForecastOut]:
+    params = [("period", period), ("level", str(level))]
+    if team:
+        params.append(("team", team))
+    return _Call("GET", f"{API_PREFIX}/forecast", _model(SpendForecastOut), params=params)
+
+
+def _anomalies_call(days: int, threshold: float, floor: float, team: str | None) -> _Call[builtins.list[AnomalyOut]]:
+    params = [("days", str(days)), ("threshold", str(threshold)), ("min_increase_usd", str(floor))]
+    if team:
+        params.append(("team", team))
+    return _Call("GET", f"{API_PREFIX}/anomalies", _models(AnomalyOut), params=params)
+
+
+def _recs_call(window: str, reserved_discount: float | None) -> _Call[builtins.list[RecommendationOut]]:
+    params = [("window", window)]
+    if reserved_discount is not None:
+        params.append(("reserved_discount", str(reserved_discount)))
+    return _Call("GET", f"{API_PREFIX}/recommendations", _models(RecommendationOut), params=params)
+
+
+def _roi_call(window: str, platform: float, per_month: float) -> _Call[RoiOut]:
+    params = [("window", window), ("platform_cost_usd", str(platform)), ("platform_cost_usd_per_month", str(per_month))]
+    return _Call("GET", f"{API_PREFIX}/roi", _model(RoiOut), params=params)

@@ -84,6 +84,7 @@ SUBMIT_FIELDS: Final = frozenset(
         "checkpoint_dir",
         "max_runtime_s",
         "estimated_runtime_s",
+        "budget_usd",
     }
 )
 # Columns ``transition`` may set besides state/reason/updated_at.
@@ -739,6 +740,7 @@ class _Seg:
         "memory_mib",
         "namespace",
         "node",
+        "priority_class",
         "project",
         "share_units",
         "start",
@@ -761,6 +763,7 @@ class _Seg:
     memory_mib: int
     start: float
     end: float
+    priority_class: str
 
 
 def load_ledger(s: Session, start: float, end: float, now: float) -> Ledger:
@@ -823,6 +826,7 @@ def load_ledger(s: Session, start: float, end: float, now: float) -> Ledger:
                 memory_mib=sr.memory_mib,
                 start=sr.start,
                 end=sr.end,
+                priority_class=sr.priority_class or "normal",
             )
         )
 
@@ -855,6 +859,7 @@ def load_ledger(s: Session, start: float, end: float, now: float) -> Ledger:
                     memory_mib=job.memory_mib * n,
                     start=run.started_at,
                     end=now,
+                    priority_class=job.priority_class or "normal",
                 )
             )
 
@@ -896,6 +901,7 @@ def _add_clipped(ledger: Ledger, intervals: Iterable[NodeInterval], rec: _Seg, w
                     iv.hourly_usd,
                     a,
                     b,
+                    rec.priority_class,
                 )
             )
         except LedgerError as e:

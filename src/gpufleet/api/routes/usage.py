@@ -1,12 +1,13 @@
 """``/v1/usage``: what GPUs cost over a window, by any grouping (OpenCost's allocation API shape).
 
-Costs come from the ledger (``cost.ledger.allocate``) — never from a stored running total. A token
-other than admin sees only its own team's rows; the idle line and the totals are the cluster's.
+Costs come from the ledger through :func:`gpufleet.cost.attribution.cost_report` — never from a
+stored running total — priced with the server's pricing rules (``ApiContext.pricing_rules``; a
+context without rules prices at the recorded prices, with no multipliers). A token other than admin
+sees only its own team's rows; the idle line, the other lines and the totals are the cluster's.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -15,53 +16,70 @@ from gpufleet.api.deps import AUTHED, Caller, Ctx
 from gpufleet.api.problems import input_at
 from gpufleet.api.render import ts
 from gpufleet.api.windows import parse_window
-from gpufleet.cost.ledger import AGGREGATE_FIELDS, CostLine, allocate
-from gpufleet.errors import InputError
+from gpufleet.cost.attribution import DIMENSIONS, Filters, ReportLine, ReservationLine, cost_report, ledger_field
+from gpufleet.cost.rules import PricingRules
+from gpufleet.errors import InputError, PermissionDeniedError
 from gpufleet.store import repo
-from gpufleet.wire import CostLineOut, UsageReport
+from gpufleet.wire import CostLineOut, ReservationOut, UsageReport
 
 router = APIRouter(prefix="/v1", tags=["usage"])
 
-_ALIASES = {"job": "job_id"}
-_KNOWN = ("team", "project", "namespace", "experiment", "job", "node", "pool", "gpu_model", "capacity_type")
+_KNOWN = tuple(DIMENSIONS)
 
 
 def parse_aggregate(text: str) -> list[str]:
     """``team,label:owner`` → the names as given (``job`` stays ``job``); errors name the item."""
     names = [p.strip() for p in text.split(",")]
     out: list[str] = []
+    seen: list[str] = []
     for i, name in enumerate(names):
-        field = _ALIASES.get(name, name)
-        if not (field in AGGREGATE_FIELDS or (name.startswith("label:") and len(name) > len("label:"))):
+        try:
+            field = ledger_field(name)
+        except InputError:
             raise InputError(
                 f"unknown aggregate '{name}' (known: {', '.join(_KNOWN)}, label:<key>)", field=f"aggregate[{i}]"
-            )
-        if name in out:
+            ) from None
+        if field in seen:
             raise InputError(f"aggregate '{name}' is given twice", field=f"aggregate[{i}]")
+        seen.append(field)
         out.append(name)
     return out
 
 
-def _line(names: list[str], key: tuple[str, ...], line: CostLine) -> CostLineOut:
+def parse_labels(items: list[str]) -> dict[str, str]:
+    """``["k=v", ...]`` → ``{k: v}``; errors name the item."""
+    out: dict[str, str] = {}
+    for i, item in enumerate(items):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise InputError(f"'{item}' is not KEY=VALUE", field=f"label[{i}]")
+        if key.strip() in out:
+            raise InputError(f"label '{key.strip()}' is given twice", field=f"label[{i}]")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _line(names: list[str], line: ReportLine) -> CostLineOut:
     return CostLineOut(
-        key=dict(zip(names, key, strict=True)),
+        key=dict(zip(names, line.key, strict=True)),
         gpu_hours=round(line.gpu_seconds / 3600.0, 6),
         gpu_cost_usd=str(line.gpu_cost_usd),
         cpu_cost_usd=str(line.cpu_cost_usd),
         memory_cost_usd=str(line.memory_cost_usd),
         total_cost_usd=str(line.total_cost_usd),
+        adjustment_usd=str(line.adjustment_usd),
     )
 
 
-def _merge(lines: list[CostLine], key: tuple[str, ...]) -> CostLine:
-    zero = Decimal("0.00")
-    return CostLine(
-        key,
-        sum((ln.gpu_cost_usd for ln in lines), zero),
-        sum((ln.cpu_cost_usd for ln in lines), zero),
-        sum((ln.memory_cost_usd for ln in lines), zero),
-        sum((ln.total_cost_usd for ln in lines), zero),
-        sum(ln.gpu_seconds for ln in lines),
+def _reservation(r: ReservationLine) -> ReservationOut:
+    return ReservationOut(
+        name=r.name,
+        gpu_model=r.gpu_model,
+        gpus=r.gpus,
+        committed_gpu_hours=round(r.committed_gpu_hours, 6),
+        committed_usd=str(r.committed_usd),
+        covered_usd=str(r.covered_usd),
+        unused_usd=str(r.unused_usd),
     )
 
 
@@ -76,44 +94,52 @@ def usage(
         str,
         Query(
             max_length=500,
-            description="comma-separated: team, project, namespace, experiment, job, node, "
-            "pool, gpu_model, capacity_type, label:<key>",
+            description="comma-separated: team, project, namespace, experiment, cost_center (the job label "
+            "cost-center), job, node, pool, gpu_model, capacity_type, priority, label:<key>",
         ),
     ] = "team",
-    spread_idle: Annotated[bool, Query(description="spread idle cost over the rows")] = False,
+    spread_idle: Annotated[bool, Query(description="spread idle cost over the rows in proportion to use")] = False,
+    team: Annotated[str | None, Query(max_length=63, description="only this team's rows")] = None,
+    label: Annotated[
+        list[str] | None, Query(max_length=64, description="only rows with this job label, KEY=VALUE (repeatable)")
+    ] = None,
 ) -> UsageReport:
     now = ctx.clock.now()
     with input_at("query"):
         win = parse_window(window, now)
         names = parse_aggregate(aggregate)
-    fields = [_ALIASES.get(n, n) for n in names]
-    restrict = not who.is_admin
-    if restrict and "team" not in fields:
-        fields = ["team", *fields]  # to keep only the caller's rows, then fold the team away
+        labels = parse_labels(label or [])
+    if not who.is_admin:
+        if team is not None and team != who.team:
+            raise PermissionDeniedError(f"a {who.role} token of team {who.team} sees only its own team's usage")
+        team = who.team
+    rules: PricingRules | None = ctx.pricing_rules
     with ctx.database.session(readonly=True) as s:
         ledger = repo.load_ledger(s, win.start, win.end, now)
     with input_at("query"):
-        alloc = allocate(ledger, win.start, win.end, fields, as_of=now, spread_idle=spread_idle)
-    rows: list[CostLineOut]
-    if restrict:
-        t = fields.index("team")
-        groups: dict[tuple[str, ...], list[CostLine]] = {}
-        for line in alloc.rows:
-            if line.key[t] != who.team:
-                continue
-            key = line.key if "team" in [_ALIASES.get(n, n) for n in names] else line.key[:t] + line.key[t + 1 :]
-            groups.setdefault(key, []).append(line)
-        rows = [_line(names, k, _merge(v, k)) for k, v in sorted(groups.items())]
-        idle_key = alloc.idle.key[: len(names)]
-        total_key = alloc.totals.key[: len(names)]
-    else:
-        rows = [_line(names, line.key, line) for line in alloc.rows]
-        idle_key, total_key = alloc.idle.key, alloc.totals.key
+        rep = cost_report(
+            ledger,
+            win.start,
+            win.end,
+            aggregate=names,
+            rules=rules,
+            spread_idle=spread_idle,
+            filters=Filters(team=team, labels=labels),
+            as_of=now,
+        )
+    filters = ({"team": team} if team is not None else {}) | {f"label:{k}": v for k, v in labels.items()}
     return UsageReport(
-        window_start=ts(alloc.window_start),
-        window_end=ts(alloc.window_end),
+        window_start=ts(rep.window_start),
+        window_end=ts(rep.window_end),
         aggregate=names,
-        rows=rows,
-        idle=_line(names, idle_key, alloc.idle),
-        totals=_line(names, total_key, alloc.totals),
+        rows=[_line(names, line) for line in rep.rows],
+        idle=_line(names, rep.idle),
+        totals=_line(names, rep.totals),
+        other=_line(names, rep.other),
+        adjustment=_line(names, rep.adjustment),
+        reservation_unused=_line(names, rep.reservation_unused),
+        reservations=[_reservation(r) for r in rep.reservations],
+        node_cost_usd=str(rep.node_cost_usd),
+        filters=filters,
+        rules=rep.rules_source,
     )
