@@ -45,6 +45,17 @@ EXPECTED: dict[tuple[str, str], dict[str, int]] = {
     ("GET", "/readyz"): OPEN,
     ("GET", "/metrics"): OPEN,
 }
+# insights (cost management): the target job is alpha's and still PENDING (progress → 409)
+EXPECTED.update(
+    {
+        ("POST", "/v1/jobs/{job_id}/progress"): authed(409, 409, 404, 403),
+        ("GET", "/v1/jobs/{job_id}/forecast"): authed(200, 200, 404, 200),
+        ("GET", "/v1/forecast"): authed(200, 200, 200, 200),
+        ("GET", "/v1/anomalies"): authed(200, 200, 200, 200),
+        ("GET", "/v1/recommendations"): authed(200, 200, 200, 200),
+        ("GET", "/v1/roi"): authed(200, 200, 200, 200),
+    }
+)
 
 
 @pytest.fixture
@@ -76,6 +87,8 @@ def request_for(api: Api, method: str, template: str) -> Callable[[str], httpx.R
             body = {"weight": 1.0}
         elif (method, template) == ("POST", "/v1/tokens"):
             body = {"team": "alpha"}
+        elif (method, template) == ("POST", "/v1/jobs/{job_id}/progress"):  # insights
+            body = {"step": 1}
         response: httpx.Response = api.client.request(method, path, json=body, headers=headers(api, caller))
         return response
 

@@ -19,7 +19,7 @@ from gpufleet.api import problems
 from gpufleet.api.auth import TokenCache
 from gpufleet.api.context import ApiContext
 from gpufleet.api.metrics import ApiMetrics, MetricsMiddleware
-from gpufleet.api.routes import jobs, nodes, queue, system, teams, tokens, usage
+from gpufleet.api.routes import budgets, insights, jobs, nodes, queue, system, teams, tokens, usage
 from gpufleet.wire import (
     CostLineOut,
     FieldError,
@@ -86,6 +86,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
     # template the metrics label requests with.
     for module in (jobs, queue, nodes, teams, tokens, usage):
         app.include_router(module.router)
+    app.include_router(insights.router)  # progress, forecasts, anomalies, recommendations, ROI
+    app.include_router(budgets.router)  # budgets: /v1/budgets
     app.include_router(system.v1)
     app.include_router(system.root)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)

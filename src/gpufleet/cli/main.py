@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from gpufleet import __version__
-from gpufleet.cli import jobs
+from gpufleet.cli import cost, jobs
 from gpufleet.cli.common import console, handle_errors
 from gpufleet.cli.db import db_app
 from gpufleet.cli.experiment import experiment_app
@@ -27,6 +27,9 @@ app.add_typer(db_app, name="db", help="The store's schema: apply migrations, sho
 app.command("simulate")(simulate)
 app.add_typer(experiment_app, name="experiment", help="Reproducible experiments (e.g. FGD fragmentation).")
 jobs.register(app)  # API client commands: submit, ls, show, logs, cancel, wait, queue, nodes, team, token, ...
+cost.register(app)  # gpufleet cost [...] and cost update-prices
+app.add_typer(__import__("gpufleet.cli.budget", fromlist=["budget_app"]).budget_app, name="budget")  # budgets
+__import__("gpufleet.cli.optimize", fromlist=["register"]).register(app)  # optimize, whatif, roi
 
 
 @app.command()

@@ -1,0 +1,286 @@
+"""Cost insights: job progress and forecasts, spend forecasts, anomalies, recommendations and ROI.
+
+Every figure is computed on request from the ledger, telemetry, progress and the price catalog
+(:mod:`gpufleet.cost.forecast`, ``anomaly``, ``recommend``, ``roi``). Days are UTC days. A token other
+than admin sees its own team's scope only (its spend, its jobs' anomalies and recommendations);
+the ROI report is the cluster's, like the usage totals.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import UTC, date, datetime, timedelta
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+from sqlalchemy import select
+
+from gpufleet.api.auth import require_writer
+from gpufleet.api.deps import AUTHED, READ_ONE, WRITE_ONE, Caller, Ctx
+from gpufleet.api.problems import input_at
+from gpufleet.api.render import ts
+from gpufleet.api.routes.jobs import _visible_job
+from gpufleet.api.windows import parse_window
+from gpufleet.cost.anomaly import AnomalyConfig, scan_ledger
+from gpufleet.cost.catalog import PriceCatalog
+from gpufleet.cost.forecast import (
+    JobForecast,
+    ProgressReport,
+    daily_totals,
+    forecast_job,
+    forecast_period,
+    job_cost_rate,
+)
+from gpufleet.cost.recommend import RecommendConfig, inputs_from_store, recommend
+from gpufleet.cost.roi import roi_report
+from gpufleet.errors import ConflictError
+from gpufleet.store import repo
+from gpufleet.store.models import JobProgressRow
+from gpufleet.wire import (
+    AnomalyCauseOut,
+    AnomalyOut,
+    JobForecastOut,
+    ProgressIn,
+    RecommendationOut,
+    RoiOut,
+    SpendForecastOut,
+)
+
+router = APIRouter(prefix="/v1", tags=["insights"])
+
+DAY_S = 86400.0
+HISTORY_DAYS = 56  # eight weeks: enough for the weekday offsets of the spend forecast
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog() -> PriceCatalog:
+    return PriceCatalog.load()
+
+
+def _day_start(t: float) -> float:
+    d = datetime.fromtimestamp(t, UTC).date()
+    return datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()
+
+
+def _forecast_out(f: JobForecast) -> JobForecastOut:
+    return JobForecastOut(
+        job_id=f.job_id,
+        method=f.method,
+        spent_usd=round(f.spent_usd, 6),
+        cost_rate_usd_per_hour=f.cost_rate_usd_per_hour,
+        fraction_done=f.fraction_done,
+        remaining_s=f.remaining_s,
+        remaining_s_low=f.remaining_s_low,
+        remaining_s_high=None if f.remaining_s_high == float("inf") else f.remaining_s_high,
+        remaining_usd=f.remaining_usd,
+        remaining_usd_low=f.remaining_usd_low,
+        remaining_usd_high=None if f.remaining_usd_high == float("inf") else f.remaining_usd_high,
+        level=f.level,
+        explanation=f.explanation,
+    )
+
+
+def _job_forecast(ctx: Ctx, job_id: str, who: Caller, now: float) -> JobForecastOut:
+    with ctx.database.session(readonly=True) as s:
+        job = _visible_job(s, who, job_id)
+        reports = [
+            ProgressReport(p.time, p.step, p.total_steps, {k: float(v) for k, v in (p.metrics or {}).items()})
+            for p in s.scalars(
+                select(JobProgressRow).where(JobProgressRow.job_id == job_id).order_by(JobProgressRow.time)
+            )
+        ]
+        started = job.started_at
+        since = min(job.submitted_at, started if started is not None else job.submitted_at)
+        ledger = repo.load_ledger(s, since, now, now) if now > since else None
+        estimate, max_rt = job.estimated_runtime_s, job.max_runtime_s
+    spent, held = job_cost_rate(ledger, job_id, now) if ledger is not None else (0.0, 0.0)
+    rate = spent / (held / 3600.0) if held > 0 else 0.0
+    return _forecast_out(
+        forecast_job(
+            job_id,
+            reports,
+            spent_usd=spent,
+            cost_rate_usd_per_hour=rate,
+            now=now,
+            started_at=started,
+            estimated_runtime_s=estimate,
+            max_runtime_s=max_rt,
+        )
+    )
+
+
+@router.post(
+    "/jobs/{job_id}/progress",
+    status_code=201,
+    response_model=JobForecastOut,
+    responses=WRITE_ONE,
+    summary="Report a running job's progress; returns its cost forecast",
+)
+def report_progress(ctx: Ctx, who: Caller, job_id: str, body: ProgressIn) -> JobForecastOut:
+    require_writer(who)
+    now = ctx.clock.now()
+    with ctx.database.session() as s:
+        job = _visible_job(s, who, job_id)
+        if job.state not in ("RUNNING", "ADMITTED"):
+            raise ConflictError(f"job {job_id} is {job.state}; progress is reported while it runs")
+        s.add(
+            JobProgressRow(job_id=job_id, time=now, step=body.step, total_steps=body.total_steps, metrics=body.metrics)
+        )
+    return _job_forecast(ctx, job_id, who, now)
+
+
+@router.get(
+    "/jobs/{job_id}/forecast", response_model=JobForecastOut, responses=READ_ONE, summary="A job's remaining cost"
+)
+def job_forecast(ctx: Ctx, who: Caller, job_id: str) -> JobForecastOut:
+    return _job_forecast(ctx, job_id, who, ctx.clock.now())
+
+
+def _period(kind: str, today: date) -> tuple[date, date]:
+    if kind == "week":
+        start = today - timedelta(days=today.weekday())
+        return start, start + timedelta(days=7)
+    start = today.replace(day=1)
+    nxt = (start + timedelta(days=32)).replace(day=1)
+    return start, nxt
+
+
+@router.get("/forecast", response_model=SpendForecastOut, responses=AUTHED, summary="A scope's period-end spend")
+def spend_forecast(
+    ctx: Ctx,
+    who: Caller,
+    team: Annotated[
+        str | None, Query(max_length=63, description="a team (default: all; non-admins: their own)")
+    ] = None,
+    period: Annotated[Literal["month", "week"], Query()] = "month",
+    level: Annotated[float, Query(gt=0, le=0.999, description="prediction interval level")] = 0.9,
+) -> SpendForecastOut:
+    now = ctx.clock.now()
+    if not who.is_admin:
+        team = who.team
+    today_start = _day_start(now)
+    today = datetime.fromtimestamp(today_start, UTC).date()
+    p_start, p_end = _period(period, today)
+    h_start = min(p_start, today - timedelta(days=HISTORY_DAYS))
+    first = datetime(h_start.year, h_start.month, h_start.day, tzinfo=UTC).timestamp()
+    days = (today - h_start).days
+    with ctx.database.session(readonly=True) as s:
+        ledger = repo.load_ledger(s, first, today_start, now)
+    keys, matrix, totals = daily_totals(ledger, first, days, aggregate=("team",), as_of=today_start)
+    series = totals if team is None else (matrix[:, keys.index((team,))] if (team,) in keys else totals * 0)
+    with input_at("query"):
+        f = forecast_period(series, h_start, p_start, p_end, level=level)
+    return SpendForecastOut(
+        scope="all" if team is None else f"team:{team}",
+        period_start=ts(datetime(p_start.year, p_start.month, p_start.day, tzinfo=UTC).timestamp()),
+        period_end=ts(datetime(p_end.year, p_end.month, p_end.day, tzinfo=UTC).timestamp()),
+        spent_usd=f.spent_usd,
+        forecast_remaining_usd=f.forecast_remaining_usd,
+        total_usd=f.total_usd,
+        low_usd=f.low_usd,
+        high_usd=f.high_usd,
+        level=f.level,
+        days_left=f.days_left,
+        trend_usd_per_day=f.trend_usd_per_day,
+        weekday_offsets_usd=list(f.weekday_offsets_usd),
+        residual_sd_usd=f.residual_sd_usd,
+        history_days=f.history_days,
+        method=f.method,
+    )
+
+
+@router.get("/anomalies", response_model=list[AnomalyOut], responses=AUTHED, summary="Daily cost anomalies")
+def anomalies(
+    ctx: Ctx,
+    who: Caller,
+    days: Annotated[int, Query(ge=1, le=366, description="complete UTC days to judge, ending yesterday")] = 30,
+    threshold: Annotated[float, Query(ge=0, le=100)] = 0.20,
+    min_increase_usd: Annotated[float, Query(ge=0)] = 50.0,
+    team: Annotated[str | None, Query(max_length=63)] = None,
+) -> list[AnomalyOut]:
+    now = ctx.clock.now()
+    if not who.is_admin:
+        team = who.team
+    cfg = AnomalyConfig(threshold=threshold, min_increase_usd=min_increase_usd)
+    end = _day_start(now)
+    span = days + cfg.min_history_days + 7 * cfg.factor_weeks  # history the baseline needs
+    first = end - DAY_S * span
+    with ctx.database.session(readonly=True) as s:
+        ledger = repo.load_ledger(s, first, end, now)
+    found = scan_ledger(ledger, first_day_start=first, days=span, config=cfg, as_of=end, team=team)
+    judged_from = span - days
+    scope = "all" if team is None else f"team:{team}"
+    return [
+        AnomalyOut(
+            key=a.key if team is None else f"{a.key}:{team}",
+            day=a.day.isoformat(),
+            scope=scope,
+            spend_usd=a.spend_usd,
+            baseline_usd=a.baseline_usd,
+            increase_usd=a.increase_usd,
+            increase_pct=a.increase_pct,
+            causes=[
+                AnomalyCauseOut(
+                    dimension=c.dimension,
+                    key=c.key,
+                    spend_usd=c.spend_usd,
+                    baseline_usd=c.baseline_usd,
+                    increase_usd=c.increase_usd,
+                    share_of_increase=c.share_of_increase,
+                )
+                for c in a.causes
+            ],
+            action=a.action,
+            savings_usd_per_day=a.savings_usd_per_day,
+            message=a.message,
+        )
+        for a in found
+        if a.day_index >= judged_from
+    ]
+
+
+@router.get("/recommendations", response_model=list[RecommendationOut], responses=AUTHED, summary="Ways to spend less")
+def recommendations(
+    ctx: Ctx,
+    who: Caller,
+    window: Annotated[str, Query(max_length=120, description="7d, 24h, month, or start,end (RFC 3339)")] = "7d",
+    reserved_discount: Annotated[
+        float | None, Query(gt=0, lt=1, description="reserved price: 1 − this × on-demand")
+    ] = None,
+) -> list[RecommendationOut]:
+    now = ctx.clock.now()
+    with input_at("query"):
+        win = parse_window(window, now)
+    with ctx.database.session(readonly=True) as s:
+        inputs = inputs_from_store(s, win.start, win.end)
+    with input_at("query"):
+        recs = recommend(inputs, _catalog(), RecommendConfig(reserved_discount=reserved_discount))
+    return [RecommendationOut(**r.to_dict()) for r in recs if who.is_admin or r.team == who.team]
+
+
+@router.get("/roi", response_model=RoiOut, responses=AUTHED, summary="Savings against a fixed on-demand cluster")
+def roi(
+    ctx: Ctx,
+    who: Caller,
+    window: Annotated[str, Query(max_length=120)] = "30d",
+    platform_cost_usd: Annotated[float, Query(ge=0, description="one-time cost of the platform")] = 0.0,
+    platform_cost_usd_per_month: Annotated[float, Query(ge=0, description="running cost of the platform")] = 0.0,
+) -> RoiOut:
+    now = ctx.clock.now()
+    with input_at("query"):
+        win = parse_window(window, now)
+    with ctx.database.session(readonly=True) as s:
+        ledger = repo.load_ledger(s, win.start, win.end, now)
+    with input_at("query"):
+        r = roi_report(
+            ledger,
+            _catalog(),
+            win.start,
+            max(win.end, win.start + 1e-6),
+            as_of=now,
+            platform_cost_usd=platform_cost_usd,
+            platform_cost_usd_per_month=platform_cost_usd_per_month,
+        )
+    d = r.to_dict()
+    d["window_start"], d["window_end"] = ts(r.window_start), ts(r.window_end)
+    return RoiOut.model_validate(d)

@@ -1,0 +1,164 @@
+"""``gpufleet optimize`` (recommendations from the server), ``gpufleet whatif`` (a local replay with one
+change) and the ROI renderer ``gpufleet cost --roi`` uses (:func:`render_roi`, :func:`roi_command`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from gpufleet.cli import jobs
+from gpufleet.cli.common import console, handle_errors
+from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt
+from gpufleet.cli.render import api_errors, emit_json
+from gpufleet.cost.roi import format_roi
+from gpufleet.wire import RecommendationOut, RoiOut
+
+
+def recommendations_table(recs: list[RecommendationOut]) -> Table:
+    table = Table(title="Recommendations (largest $/month first)")
+    for col, just in (("kind", "left"), ("target", "left"), ("$/month", "right"), ("conf.", "right")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    table.add_column("action", overflow="fold")
+    table.add_column("what-if")
+    for r in recs:
+        table.add_row(
+            r.kind, r.target, f"{r.monthly_savings_usd:,.2f}", f"{r.confidence:.0%}", r.action, r.whatif or "–"
+        )
+    return table
+
+
+@api_errors
+def optimize(
+    window: Annotated[str, typer.Option("--window", help="7d, 24h, month, or START,END (RFC 3339)")] = "7d",
+    reserved_discount: Annotated[
+        float | None, typer.Option("--reserved-discount", help="reserved price = (1 − this) × on-demand", min=0, max=1)
+    ] = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Ways to spend less: idle and underused GPUs, cheaper GPU types, sharing, spot, off-peak, batch
+    size, early stopping, reserved capacity — each with $/month, confidence, the action and its what-if."""
+    with jobs.make_client(url, token) as client:
+        recs = client.recommendations(window, reserved_discount)
+    if as_json:
+        emit_json(recs)
+    elif not recs:
+        console.print("nothing to recommend in this window")
+    else:
+        console.print(recommendations_table(recs))
+        total = sum(r.monthly_savings_usd for r in recs)
+        console.print(f"up to ${total:,.2f}/month if every recommendation is taken (they may overlap)")
+
+
+def render_roi(report: RoiOut, fmt: str = "table") -> str:
+    """The ROI report as text (``table``, ``json`` or ``csv``)."""
+    return format_roi(report.model_dump(mode="json"), fmt)
+
+
+@api_errors
+def roi_command(
+    window: Annotated[str, typer.Option("--window", help="30d, month, or START,END (RFC 3339)")] = "30d",
+    platform_cost: Annotated[float, typer.Option("--platform-cost", help="one-time platform cost, USD", min=0)] = 0.0,
+    platform_cost_per_month: Annotated[
+        float, typer.Option("--platform-cost-per-month", help="running platform cost, USD/month", min=0)
+    ] = 0.0,
+    fmt: Annotated[str, typer.Option("--format", help="table, json or csv")] = "table",
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Savings against a fixed on-demand cluster sized for the peak, by lever, with payback."""
+    with jobs.make_client(url, token) as client:
+        report = client.roi(window, platform_cost, platform_cost_per_month)
+    typer.echo(render_roi(report, fmt), nl=False)
+
+
+@handle_errors
+def whatif(
+    change: Annotated[
+        str,
+        typer.Option(
+            "--change",
+            help="spot | autoscaling | sharing | gpu-type:MODEL | placement:POLICY | queue:SORT (join with +)",
+        ),
+    ],
+    trace: Annotated[
+        str, typer.Option(help="philly:PATH | synthetic[:seed] | openb[:variant] | FILE.jsonl|.csv")
+    ] = "synthetic",
+    limit: Annotated[int | None, typer.Option(help="only the first N jobs", min=1)] = None,
+    preemptible: Annotated[
+        float, typer.Option(help="philly: fraction of preemptible jobs that checkpoint every 30 min", min=0, max=1)
+    ] = 0.3,
+    spot_hazard: Annotated[float, typer.Option(help="spot interruptions per spot node-hour", min=0)] = 0.01,
+    profile: Annotated[Path | None, typer.Option(help="scheduler profile YAML (both runs)")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="cluster YAML: the baseline's nodes")] = None,
+    seed: Annotated[int, typer.Option()] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """Replay a trace twice — a fixed on-demand cluster, and the same with ONE change — and report the
+    cost, wait and JCT difference and how close the variant gets to the lower bound."""
+    from gpufleet.scheduling.profile import Profile, load_profile
+    from gpufleet.sim.clusterspec import load_cluster
+    from gpufleet.sim.engine import SimOptions
+    from gpufleet.sim.runner import TraceOptions, load_trace
+    from gpufleet.sim.whatif import parse_change, run_whatif
+
+    ch = parse_change(change)
+    tr = load_trace(trace, TraceOptions(limit=limit, preemptible_fraction=preemptible, seed=seed))
+    nodes = load_cluster(cluster).build()[0] if cluster else None
+    prof = load_profile(profile) if profile else Profile()
+    if not as_json:
+        console.print(f"what-if [bold]{ch.text}[/] on {tr.name}: {len(tr.jobs):,} jobs, baseline and variant …")
+    result = run_whatif(
+        tr, ch, profile=prof, nodes=nodes, options=SimOptions(seed=seed, spot_hazard_per_node_hour=spot_hazard)
+    )
+    d = result.to_dict()
+    if as_json:
+        typer.echo(json.dumps(d, default=str))
+        return
+    table = Table(title=f"what-if {ch.text} — {tr.name} ({len(tr.jobs):,} jobs, seed {seed})")
+    for col in ("", "baseline", "variant", "Δ"):
+        table.add_column(col, justify="right")
+    b, v = d["baseline"], d["variant"]
+    for key, label in (
+        ("cost_usd", "cost $"),
+        ("wait_mean_s", "wait mean s"),
+        ("wait_p95_s", "wait p95 s"),
+        ("jct_mean_s", "JCT mean s"),
+        ("jct_p95_s", "JCT p95 s"),
+        ("utilization", "utilization"),
+        ("completed", "completed"),
+    ):
+        bv, vv = b[key], v[key]
+        delta = None if bv is None or vv is None else vv - bv
+        table.add_row(label, _fmt(bv), _fmt(vv), _fmt(delta))
+    console.print(table)
+    pct = d["savings_pct"]
+    console.print(
+        f"savings ${d['savings_usd']:,.2f}"
+        + (f" ({pct:.1%})" if pct is not None else "")
+        + f"; lower bound ${d['lower_bound_usd']:,.2f} — variant at "
+        + (f"{d['variant_over_lower_bound']:.2f}×" if d["variant_over_lower_bound"] else "–")
+        + " of it"
+    )
+    for a in d["assumptions"]:
+        console.print(f"[dim]note: {a}[/]")
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def register(app: typer.Typer) -> None:
+    """``gpufleet optimize``, ``gpufleet whatif`` and ``gpufleet roi``."""
+    app.command("optimize")(optimize)
+    app.command("whatif")(whatif)
+    app.command("roi")(roi_command)

@@ -1,0 +1,430 @@
+"""Forecasts: what a running job will still cost, and what a scope will have spent at period end.
+
+Two small, explainable models (numpy only, no wall clock: every function takes ``now`` or works on
+given days).
+
+**A job's remaining cost** (:func:`forecast_job`). Progress reports ``(time, step, total_steps)``
+come from the SDK (``POST /v1/jobs/{id}/progress``) or from the job's progress file (format in
+:func:`parse_progress_file`). The step rate of each interval between consecutive reports is
+``Δstep / Δtime``; the point estimate uses the rate over the recent window (the last
+``window`` intervals: total steps / total time, i.e. the time-weighted mean, which a single noisy
+interval cannot swing), and the interval uses the spread of the per-interval rates in that window
+(their ``(1 - level) / 2`` and ``(1 + level) / 2`` empirical quantiles): a fast rate gives the low
+end of the remaining time, a slow one the high end. This is conservative — the rate averaged over
+the rest of the run varies less than one interval's rate — which is what a budget check wants.
+Remaining cost = remaining time × the job's cost rate (its spend so far per hour held, from the
+ledger: :func:`job_cost_rate`). Without progress, a runtime estimate gives
+``estimate - elapsed`` with the interval ``[0, max_runtime - elapsed]`` (a job may end any time and is
+stopped at its max runtime; without one the high end is the point).
+
+**A scope's period-end spend** (:func:`forecast_period`). Daily totals are modelled as
+``y_t = a + b·t + s_{weekday(t)} + e_t``: a Theil–Sen trend (the median of pairwise slopes — a few
+spikes do not tilt it) and additive day-of-week offsets (the median residual of each weekday,
+centred to sum to zero), fitted by alternating the two twice. The forecast of the rest of the period
+is the sum of the fitted values of the days still to come; its interval is
+``± z · σ · sqrt(H)`` for H future days, with σ the robust residual scale (1.4826 × MAD) and z the
+normal quantile of ``level``. With under two weeks of history there are no weekday offsets; under
+three days the model is the mean.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.cost.ledger import Ledger, allocate
+from gpufleet.errors import InputError
+
+FloatArray = npt.NDArray[np.float64]
+
+PROGRESS_FILE_ENV = "GPUFLEET_PROGRESS_FILE"
+
+
+# -- progress -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    """One progress report of a job: ``step`` of ``total_steps`` done at ``time`` (seconds), and
+    metrics (e.g. ``{"loss": 0.31}``) for plateau checks. Steps may be epochs; only ratios matter."""
+
+    time: float
+    step: float | None = None
+    total_steps: float | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+def parse_progress_file(text: str, *, source: str = PROGRESS_FILE_ENV) -> list[ProgressReport]:
+    """Parse a progress file (what a job appends to ``$GPUFLEET_PROGRESS_FILE``).
+
+    Format: JSON Lines, one object per report, appended as training goes::
+
+        {"time": 1767225600.0, "step": 1200, "total_steps": 10000, "metrics": {"loss": 0.42}}
+
+    - ``time``: Unix seconds (required; a number);
+    - ``step``: steps (or epochs) done so far; ``total_steps``: the planned total (either may be
+      omitted, e.g. a metrics-only line);
+    - ``metrics``: an object of name → number (optional).
+
+    Blank lines and a final partial line (the job was writing it) are skipped; any other bad line
+    raises :class:`InputError` naming the line and field. Reports are returned in time order.
+    """
+    out: list[ProgressReport] = []
+    lines = text.split("\n")
+    for i, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines):  # an unfinished last line: the writer is mid-write
+                break
+            raise InputError("not a JSON object", source=source, line=i) from None
+        if not isinstance(obj, dict):
+            raise InputError("not a JSON object", source=source, line=i)
+        out.append(_report(obj, source, i))
+    out.sort(key=lambda r: r.time)
+    return out
+
+
+def _number(obj: Mapping[str, Any], key: str, source: str, line: int, *, required: bool) -> float | None:
+    v = obj.get(key)
+    if v is None:
+        if required:
+            raise InputError("required", source=source, line=line, field=key)
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise InputError(f"not a finite number: {v!r}", source=source, line=line, field=key)
+    if v < 0:
+        raise InputError(f"must be >= 0, got {v}", source=source, line=line, field=key)
+    return float(v)
+
+
+def _report(obj: Mapping[str, Any], source: str, line: int) -> ProgressReport:
+    t = _number(obj, "time", source, line, required=True)
+    assert t is not None
+    metrics_raw = obj.get("metrics") or {}
+    if not isinstance(metrics_raw, dict):
+        raise InputError("must be an object of name -> number", source=source, line=line, field="metrics")
+    metrics: dict[str, float] = {}
+    for k, v in metrics_raw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise InputError(f"not a finite number: {v!r}", source=source, line=line, field=f"metrics.{k}")
+        metrics[str(k)] = float(v)
+    return ProgressReport(
+        t,
+        _number(obj, "step", source, line, required=False),
+        _number(obj, "total_steps", source, line, required=False),
+        metrics,
+    )
+
+
+# -- a job's remaining cost -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobForecast:
+    """What a running job will still cost. ``method``: ``progress`` | ``estimate`` | ``none``."""
+
+    job_id: str
+    method: str
+    spent_usd: float
+    cost_rate_usd_per_hour: float
+    fraction_done: float | None
+    remaining_s: float | None
+    remaining_s_low: float | None
+    remaining_s_high: float | None
+    remaining_usd: float | None
+    remaining_usd_low: float | None
+    remaining_usd_high: float | None
+    level: float
+    explanation: str
+
+    @property
+    def total_usd(self) -> float | None:
+        return None if self.remaining_usd is None else self.spent_usd + self.remaining_usd
+
+
+def job_cost_rate(ledger: Ledger, job_id: str, as_of: float) -> tuple[float, float]:
+    """``(spent_usd, held_s)`` of a job from the ledger as of ``as_of``: its attributed cost and the
+    wall time it held resources (the union of its segments' spans, so a gang's pods count once).
+    The cost rate is ``spent / held_s × 3600``."""
+    segs = [s for s in ledger.segments(as_of=as_of) if s.job_id == job_id]
+    if not segs:
+        return 0.0, 0.0
+    start = min(s.start for s in segs)
+    alloc = allocate(ledger, start, max(as_of, start), ("job_id",), as_of=as_of)
+    spent = float(next((r.total_cost_usd for r in alloc.rows if r.key == (job_id,)), 0))
+    spans = sorted((s.start, s.end) for s in segs)
+    held, cur_a, cur_b = 0.0, spans[0][0], spans[0][1]
+    for a, b in spans[1:]:
+        if a > cur_b:
+            held += cur_b - cur_a
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    held += cur_b - cur_a
+    return spent, held
+
+
+def forecast_job(
+    job_id: str,
+    reports: Sequence[ProgressReport],
+    *,
+    spent_usd: float,
+    cost_rate_usd_per_hour: float,
+    now: float,
+    started_at: float | None = None,
+    estimated_runtime_s: float | None = None,
+    max_runtime_s: float | None = None,
+    level: float = 0.9,
+    window: int = 20,
+) -> JobForecast:
+    """Remaining cost of a running job, with an interval (see the module docstring for the model).
+
+    ``reports`` are the job's progress reports (any order); ``spent_usd`` and
+    ``cost_rate_usd_per_hour`` come from the ledger (:func:`job_cost_rate`); ``started_at`` and
+    ``estimated_runtime_s`` are used when there is no usable progress.
+    """
+    if not 0 < level < 1:
+        raise InputError(f"level must be in (0, 1), got {level}", field="level")
+    rate_s = cost_rate_usd_per_hour / 3600.0
+    pts = sorted((r for r in reports if r.step is not None), key=lambda r: r.time)
+    total = next((r.total_steps for r in reversed(pts) if r.total_steps), None)
+    if len(pts) >= 2 and total is not None:
+        t = np.array([r.time for r in pts], dtype=np.float64)
+        s = np.array([r.step for r in pts], dtype=np.float64)
+        dt, ds = np.diff(t), np.diff(s)
+        ok = dt > 0
+        dt, ds = dt[ok][-window:], ds[ok][-window:]
+        if dt.size and ds.sum() > 0:
+            rates = ds / dt
+            point_rate = float(ds.sum() / dt.sum())
+            lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
+            r_lo, r_hi = (float(x) for x in np.quantile(rates, [lo_q, hi_q]))
+            last_step = float(s[-1])
+            remaining_steps = max(0.0, total - last_step)
+            # the time since the last report already ran at about the point rate
+            since = max(0.0, now - float(t[-1]))
+            rem = max(0.0, remaining_steps / point_rate - since)
+            rem_lo = max(0.0, remaining_steps / r_hi - since) if r_hi > 0 else rem
+            rem_hi = max(0.0, remaining_steps / r_lo - since) if r_lo > 0 else math.inf
+            rem_lo, rem_hi = min(rem_lo, rem), max(rem_hi, rem)
+            return JobForecast(
+                job_id,
+                "progress",
+                spent_usd,
+                cost_rate_usd_per_hour,
+                min(1.0, last_step / total),
+                rem,
+                rem_lo,
+                rem_hi,
+                rem * rate_s,
+                rem_lo * rate_s,
+                rem_hi * rate_s,
+                level,
+                f"{remaining_steps:g} of {total:g} steps left at {point_rate:.4g} steps/s "
+                f"(interval rates {r_lo:.4g}–{r_hi:.4g} steps/s over the last {dt.size} reports) "
+                f"× ${cost_rate_usd_per_hour:.4g}/h",
+            )
+    if estimated_runtime_s is not None and started_at is not None:
+        elapsed = max(0.0, now - started_at)
+        rem = max(0.0, estimated_runtime_s - elapsed)
+        high = rem if max_runtime_s is None else max(rem, max_runtime_s - elapsed)
+        return JobForecast(
+            job_id,
+            "estimate",
+            spent_usd,
+            cost_rate_usd_per_hour,
+            min(1.0, elapsed / estimated_runtime_s) if estimated_runtime_s > 0 else None,
+            rem,
+            0.0,
+            high,
+            rem * rate_s,
+            0.0,
+            high * rate_s,
+            level,
+            f"runtime estimate {estimated_runtime_s:.0f}s − {elapsed:.0f}s elapsed × ${cost_rate_usd_per_hour:.4g}/h "
+            "(no progress reports; low end 0: it may end any time"
+            + (f", high end its max runtime {max_runtime_s:.0f}s)" if max_runtime_s is not None else ")"),
+        )
+    return JobForecast(
+        job_id,
+        "none",
+        spent_usd,
+        cost_rate_usd_per_hour,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        level,
+        "no progress reports with total_steps and no runtime estimate",
+    )
+
+
+# -- a scope's period-end spend -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodForecast:
+    """Spend of a scope at ``period_end`` (exclusive): what was spent plus the forecast of the rest."""
+
+    period_start: date
+    period_end: date
+    spent_usd: float  # history days inside the period
+    forecast_remaining_usd: float
+    total_usd: float
+    low_usd: float
+    high_usd: float
+    level: float
+    days_left: int
+    trend_usd_per_day: float
+    weekday_offsets_usd: tuple[float, ...]  # Monday..Sunday (zeros without weekly seasonality)
+    residual_sd_usd: float
+    history_days: int
+    method: str  # "trend+weekly" | "trend" | "mean"
+
+    def explain(self) -> str:
+        return (
+            f"{self.method}: trend {self.trend_usd_per_day:+.2f} $/day, residual σ {self.residual_sd_usd:.2f} $/day "
+            f"over {self.history_days} days; {self.days_left} days left"
+        )
+
+
+def theil_sen(x: FloatArray, y: FloatArray) -> tuple[float, float]:
+    """Robust line ``y = a + b x``: b the median of pairwise slopes, a the median of ``y − b x``."""
+    n = x.size
+    if n < 2:
+        return (float(y[0]) if n else 0.0), 0.0
+    i, j = np.triu_indices(n, k=1)
+    dx = x[j] - x[i]
+    ok = dx != 0
+    b = float(np.median((y[j] - y[i])[ok] / dx[ok])) if ok.any() else 0.0
+    a = float(np.median(y - b * x))
+    return a, b
+
+
+def fit_daily(values: Sequence[float] | FloatArray, first_day: date) -> tuple[float, float, FloatArray, str]:
+    """Fit ``a + b·t + s_weekday`` to daily totals; returns ``(a, b, offsets[7], method)``."""
+    y = np.asarray(values, dtype=np.float64)
+    n = y.size
+    t = np.arange(n, dtype=np.float64)
+    offsets = np.zeros(7)
+    if n < 3:
+        return (float(y.mean()) if n else 0.0), 0.0, offsets, "mean"
+    wd = (first_day.weekday() + np.arange(n)) % 7
+    seasonal = n >= 14
+    a, b = theil_sen(t, y)
+    if seasonal:
+        for _ in range(2):
+            resid = y - a - b * t
+            offsets = np.array([np.median(resid[wd == d]) if (wd == d).any() else 0.0 for d in range(7)])
+            offsets -= offsets.mean()
+            a, b = theil_sen(t, y - offsets[wd])
+    return a, b, offsets, "trend+weekly" if seasonal else "trend"
+
+
+def forecast_period(
+    daily_usd: Sequence[float] | FloatArray,
+    history_start: date,
+    period_start: date,
+    period_end: date,
+    *,
+    level: float = 0.9,
+) -> PeriodForecast:
+    """Period-end spend of a scope from its complete days ``daily_usd`` (day 0 = ``history_start``).
+
+    History days in ``[period_start, …]`` count as spent; the days from the day after the history
+    to ``period_end`` (exclusive) are forecast. History before the period trains the model.
+    """
+    if period_end <= period_start:
+        raise InputError("period_end must be after period_start", field="period_end")
+    if not 0 < level < 1:
+        raise InputError(f"level must be in (0, 1), got {level}", field="level")
+    y = np.asarray(daily_usd, dtype=np.float64)
+    n = y.size
+    a, b, offsets, method = fit_daily(y, history_start)
+    t = np.arange(n, dtype=np.float64)
+    wd = (history_start.weekday() + np.arange(n)) % 7
+    fitted = a + b * t + offsets[wd]
+    resid = y - fitted
+    if n >= 3:
+        mad = float(np.median(np.abs(resid - np.median(resid))))
+        sigma = 1.4826 * mad
+    else:
+        sigma = float(y.std()) if n else 0.0
+    first_future = history_start + timedelta(days=n)
+    start_idx = max(0, (period_start - history_start).days)
+    spent = float(y[start_idx:].sum()) if start_idx < n else 0.0
+    f0 = max(first_future, period_start)
+    h = max(0, (period_end - f0).days)
+    tf = np.arange((f0 - history_start).days, (f0 - history_start).days + h, dtype=np.float64)
+    wf = (history_start.weekday() + tf.astype(np.int64)) % 7
+    future = np.clip(a + b * tf + offsets[wf], 0.0, None)
+    rem = float(future.sum())
+    z = NormalDist().inv_cdf(min((1 + level) / 2, 1 - 1e-12))  # level → 1 rounds (1+level)/2 to 1.0
+    half = z * sigma * math.sqrt(h)
+    return PeriodForecast(
+        period_start,
+        period_end,
+        spent,
+        rem,
+        spent + rem,
+        spent + max(0.0, rem - half),
+        spent + rem + half,
+        level,
+        h,
+        b,
+        tuple(float(o) for o in offsets),
+        sigma,
+        n,
+        method,
+    )
+
+
+def daily_totals(
+    ledger: Ledger,
+    first_day_start: float,
+    days: int,
+    *,
+    aggregate: Sequence[str] = ("team",),
+    as_of: float | None = None,
+) -> tuple[list[tuple[str, ...]], FloatArray, FloatArray]:
+    """Per-day cost from the ledger: ``(keys, matrix[days, keys], totals[days])``.
+
+    Day ``d`` is ``[first_day_start + 86400·d, +86400)`` (pass the start of a day in the wanted time
+    zone). Totals are the nodes' cost (idle included); the matrix holds the attributed rows (idle is
+    the key ``("__idle__", …)``). Computed with :func:`allocate` per day until the attribution module's
+    ``daily_costs`` is available.
+    """
+    if days < 0:
+        raise InputError("days must be >= 0", field="days")
+    rows: list[dict[tuple[str, ...], float]] = []
+    totals = np.zeros(days)
+    for d in range(days):
+        ws = first_day_start + 86400.0 * d
+        alloc = allocate(ledger, ws, ws + 86400.0, tuple(aggregate), as_of=as_of)
+        day = {r.key: float(r.total_cost_usd) for r in alloc.rows}
+        if alloc.idle.total_cost_usd:
+            day[alloc.idle.key] = float(alloc.idle.total_cost_usd)
+        rows.append(day)
+        totals[d] = float(alloc.totals.total_cost_usd)
+    keys = sorted({k for r in rows for k in r})
+    index = {k: i for i, k in enumerate(keys)}
+    matrix = np.zeros((days, len(keys)))
+    for d, r in enumerate(rows):
+        for k, v in r.items():
+            matrix[d, index[k]] = v
+    return keys, matrix, totals

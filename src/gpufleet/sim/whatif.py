@@ -1,0 +1,572 @@
+"""What-if: replay a workload with ONE change and report the cost, wait and JCT difference.
+
+Both runs — the **baseline** and the **variant** — are simulated the same way (same trace, seed,
+scheduler profile, spot hazard, price catalog); only the change differs.
+
+**Baseline**: a fixed on-demand cluster, always on, no sharing. Its nodes are the trace's nodes
+(openb, JSONL with nodes), the ``cluster`` given, or — for traces without nodes (Philly, synthetic)
+— 8-GPU ``V100-16GB`` nodes (the default cluster's shape), as many as the **peak** of whole GPUs the
+trace demands at once if every job ran from its submit time (the cluster "sized for the peak" of
+the ROI report). Without sharing, fractional and MIG requests ask for one whole GPU (and MIG nodes
+are plain shared nodes).
+
+**Changes** (``--change``; join several with ``+``, e.g. ``spot+autoscaling``):
+
+- ``autoscaling``: each node shape becomes an on-demand pool that starts empty, up to the baseline's
+  node count, with a provisioning delay; the autoscaler adds nodes for blocked jobs and removes
+  idle ones.
+- ``spot``: preemptible (checkpointing) jobs may use spot capacity. Alone: the cluster keeps its
+  size, with ``k = round(N × s)`` of its N nodes spot (s = the preemptible jobs' share of the
+  GPU-seconds), replaced when interrupted. With ``autoscaling``: a spot pool per shape beside the
+  on-demand one, each up to N nodes (the autoscaler takes the cheapest pool that fits).
+- ``sharing``: fractional and MIG requests as submitted, on the nodes' own sharing modes.
+- ``gpu-type:<MODEL>``: every node shape gets that GPU model (jobs that asked for a model ask for
+  it; durations unchanged — there is no speed model).
+- ``placement:<policy>`` / ``queue:<sort>``: another placement policy or queue order.
+
+**Lower bound** of the variant: every GPU-second of the trace's work (``Σ GPUs × duration``) at
+the cheapest eligible price — the cheapest model among the variant's node models that the job may
+use and whose memory fits, on spot when the variant has spot and the job is preemptible, else
+on-demand. No queueing, no idle, no lost work: no schedule can cost less.
+
+:func:`trace_from_history` turns recorded jobs (from the store: :func:`history_from_store`) into a
+trace, so "what if" can replay the cluster's own history.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpufleet.cost.catalog import PriceCatalog
+from gpufleet.errors import CatalogError, InputError
+from gpufleet.model.gpu import MILLI, canonical_gpu_name, gpu_model
+from gpufleet.model.job import GpuRequest, JobSpec
+from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
+from gpufleet.scheduling.profile import Profile, load_profile
+from gpufleet.sim.engine import SimOptions, Simulation
+from gpufleet.sim.results import SimResult
+from gpufleet.sim.runner import workload_of
+from gpufleet.sim.traces.base import Trace, TraceJob
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+DEFAULT_SHAPE = ("V100-16GB", 8, 64_000, 512 * 1024)  # the default cluster's node (runner.default_cluster)
+SIMPLE_CHANGES = ("autoscaling", "spot", "sharing")
+PARAM_CHANGES = ("gpu-type", "placement", "queue")
+PROVISIONING_DELAY_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change (or several joined with ``+``): ``autoscaling``, ``spot``, ``sharing``,
+    ``gpu_type``, ``placement``, ``queue``."""
+
+    autoscaling: bool = False
+    spot: bool = False
+    sharing: bool = False
+    gpu_type: str | None = None
+    placement: str | None = None
+    queue: str | None = None
+    text: str = ""
+
+
+def parse_change(text: str) -> Change:
+    """``spot``, ``autoscaling``, ``sharing``, ``gpu-type:A10G``, ``placement:fgd``, ``queue:fifo``,
+    or several joined with ``+``. Errors name the part."""
+    kw: dict[str, Any] = {}
+    parts = [p.strip() for p in text.split("+") if p.strip()]
+    if not parts:
+        raise InputError("name a change (spot, autoscaling, sharing, gpu-type:M, placement:P, queue:Q)", field="change")
+    for i, part in enumerate(parts):
+        name, _, arg = part.partition(":")
+        name = name.strip().lower()
+        if name in SIMPLE_CHANGES and not arg:
+            kw[name] = True
+        elif name == "gpu-type" and arg:
+            canon = canonical_gpu_name(arg)
+            if canon is None:
+                raise InputError(f"unknown GPU model '{arg}'", field=f"change[{i}]")
+            kw["gpu_type"] = canon
+        elif name in ("placement", "queue") and arg:
+            kw[name] = arg.strip()
+        else:
+            raise InputError(
+                f"unknown change '{part}' (spot, autoscaling, sharing, gpu-type:MODEL, placement:POLICY, queue:SORT)",
+                field=f"change[{i}]",
+            )
+    return Change(**kw, text="+".join(parts))
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    gpu_model: str
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+    sharing: SharingMode = SharingMode.SHARED
+
+
+@dataclass(frozen=True, slots=True)
+class RunFigures:
+    name: str
+    cost_usd: float
+    idle_cost_usd: float
+    gpu_hours: float
+    completed: int
+    never_started: int
+    wait_mean_s: float | None
+    wait_p95_s: float | None
+    jct_mean_s: float | None
+    jct_median_s: float | None
+    jct_p95_s: float | None
+    utilization: float | None
+    spot_restarts: int
+    lost_work_s: float
+
+    @classmethod
+    def of(cls, result: SimResult) -> RunFigures:
+        s = result.summary()
+        return cls(
+            result.name,
+            float(result.config.get("cluster_cost_usd", s["total_cost_usd"] or 0.0)),
+            float(result.config.get("idle_cost_usd", s["idle_cost_usd"] or 0.0)),
+            float(s["gpu_hours"]),
+            int(s["completed"]),
+            int(s["never_started"]),
+            s["wait_mean_s"],
+            s["wait_p95_s"],
+            s["jct_mean_s"],
+            s["jct_median_s"],
+            s["jct_p95_s"],
+            s["utilization"],
+            int(s["spot_restarts"]),
+            float(s["lost_work_s"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIfResult:
+    change: str
+    trace: str
+    jobs: int
+    seed: int
+    baseline_nodes: int
+    baseline: RunFigures
+    variant: RunFigures
+    lower_bound_usd: float
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def savings_usd(self) -> float:
+        return self.baseline.cost_usd - self.variant.cost_usd
+
+    @property
+    def savings_pct(self) -> float | None:
+        return self.savings_usd / self.baseline.cost_usd if self.baseline.cost_usd > 0 else None
+
+    @property
+    def variant_over_lower_bound(self) -> float | None:
+        """Achieved cost / lower bound (1.0 = as cheap as possible)."""
+        return self.variant.cost_usd / self.lower_bound_usd if self.lower_bound_usd > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        def fig(f: RunFigures) -> dict[str, Any]:
+            return {k: getattr(f, k) for k in f.__dataclass_fields__}
+
+        def delta(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else b - a
+
+        b, v = self.baseline, self.variant
+        return {
+            "change": self.change,
+            "trace": self.trace,
+            "jobs": self.jobs,
+            "seed": self.seed,
+            "baseline_nodes": self.baseline_nodes,
+            "baseline": fig(b),
+            "variant": fig(v),
+            "savings_usd": self.savings_usd,
+            "savings_pct": self.savings_pct,
+            "delta": {
+                "cost_usd": v.cost_usd - b.cost_usd,
+                "wait_mean_s": delta(b.wait_mean_s, v.wait_mean_s),
+                "wait_p95_s": delta(b.wait_p95_s, v.wait_p95_s),
+                "jct_mean_s": delta(b.jct_mean_s, v.jct_mean_s),
+                "jct_p95_s": delta(b.jct_p95_s, v.jct_p95_s),
+            },
+            "lower_bound_usd": self.lower_bound_usd,
+            "variant_over_lower_bound": self.variant_over_lower_bound,
+            "baseline_over_lower_bound": b.cost_usd / self.lower_bound_usd if self.lower_bound_usd > 0 else None,
+            "assumptions": list(self.assumptions),
+        }
+
+
+# -- building the two worlds ----------------------------------------------------------------------
+
+
+def peak_whole_gpus(trace: Trace) -> int:
+    """Peak of whole GPUs demanded at once if every job ran from its submit time (vectorized)."""
+    if not trace.jobs:
+        return 0
+    s = np.fromiter((tj.submit_time for tj in trace.jobs), np.float64, len(trace.jobs))
+    d = np.fromiter((tj.spec.duration_s or 3600.0 for tj in trace.jobs), np.float64, len(trace.jobs))
+    g = np.fromiter(
+        (tj.spec.gpu.count * tj.spec.gang_size if tj.spec.gpu.count else 0 for tj in trace.jobs),
+        np.float64,
+        len(trace.jobs),
+    )
+    t = np.concatenate([s, s + d])
+    w = np.concatenate([g, -g])
+    order = np.lexsort((w, t))
+    return int(np.max(np.cumsum(w[order]), initial=0.0))
+
+
+def base_shapes(trace: Trace, nodes: Sequence[Node] | None = None) -> list[tuple[Shape, int]]:
+    """The baseline cluster as (shape, count): the given nodes, the trace's, or peak-sized V100s."""
+    src = list(nodes) if nodes else list(trace.nodes)
+    if src:
+        counts: Counter[Shape] = Counter(
+            Shape(n.gpu_model, n.gpu_count, n.cpu_milli, n.memory_mib, n.sharing) for n in src
+        )
+        return sorted(counts.items(), key=lambda kv: (kv[0].gpu_model, kv[0].gpus, kv[0].cpu_milli, kv[0].memory_mib))
+    model, gpus, cpu, mem = DEFAULT_SHAPE
+    need_cpu = max((tj.spec.cpu_milli for tj in trace.jobs), default=0)
+    need_mem = max((tj.spec.memory_mib for tj in trace.jobs), default=0)
+    count = max(1, math.ceil(peak_whole_gpus(trace) / gpus))
+    return [(Shape(model, gpus, max(cpu, need_cpu), max(mem, need_mem)), count)]
+
+
+def _whole(spec: JobSpec) -> JobSpec:
+    if spec.gpu.count and (spec.gpu.milli < MILLI or spec.gpu.mig_profile is not None):
+        return replace(spec, gpu=GpuRequest(count=1))
+    return spec
+
+
+def _retyped(spec: JobSpec, model: str) -> JobSpec:
+    gpu = spec.gpu
+    if gpu.mig_profile is not None and gpu_model(model).mig_profile(gpu.mig_profile) is None:
+        gpu = GpuRequest(count=1)
+    return replace(spec, gpu=gpu, gpu_types=frozenset({model}) if spec.gpu_types else frozenset())
+
+
+def _trace_for(trace: Trace, change: Change | None) -> Trace:
+    sharing = change is not None and change.sharing
+    gtype = change.gpu_type if change is not None else None
+    jobs = []
+    for tj in trace.jobs:
+        spec = tj.spec if sharing else _whole(tj.spec)
+        if gtype is not None:
+            spec = _retyped(spec, gtype)
+        jobs.append(TraceJob(tj.submit_time, spec))
+    return Trace(trace.name, jobs, source=trace.source)
+
+
+def _cluster_for(
+    shapes: Sequence[tuple[Shape, int]], change: Change | None, spot_share: float
+) -> tuple[list[Node], list[NodePool]]:
+    nodes: list[Node] = []
+    pools: list[NodePool] = []
+    ch = change or Change()
+    for i, (shape, count) in enumerate(shapes):
+        model = ch.gpu_type or shape.gpu_model
+        sharing = (
+            shape.sharing if ch.sharing else (SharingMode.SHARED if shape.sharing is SharingMode.MIG else shape.sharing)
+        )
+        if ch.gpu_type and sharing is SharingMode.MIG and not gpu_model(model).supports_mig:
+            sharing = SharingMode.SHARED
+        base = f"{(model or 'cpu').lower()}-{shape.gpus}g-{i}"
+
+        shaped = Shape(model, shape.gpus, shape.cpu_milli, shape.memory_mib, sharing)
+        if ch.autoscaling:
+            pools.append(_pool(base, shaped, CapacityType.ON_DEMAND, 0, count))
+            if ch.spot:
+                pools.append(_pool(base + "-spot", shaped, CapacityType.SPOT, 0, count))
+            continue
+        k = round(count * spot_share) if ch.spot else 0
+        for j in range(count - k):
+            nodes.append(
+                Node(
+                    f"{base}-{j:04d}", model, shape.gpus, shape.cpu_milli, shape.memory_mib, pool=base, sharing=sharing
+                )
+            )
+        if k:
+            pools.append(_pool(base + "-spot", shaped, CapacityType.SPOT, k, k))
+    return nodes, pools
+
+
+def _pool(name: str, shape: Shape, cap: CapacityType, lo: int, hi: int) -> NodePool:
+    return NodePool(
+        name,
+        shape.gpu_model,
+        shape.gpus,
+        shape.cpu_milli,
+        shape.memory_mib,
+        cap,
+        min_nodes=lo,
+        max_nodes=hi,
+        provisioning_delay_s=PROVISIONING_DELAY_S,
+        sharing=shape.sharing,
+    )
+
+
+def _spot_share(trace: Trace) -> float:
+    total = pre = 0.0
+    for tj in trace.jobs:
+        w = tj.spec.total_gpu_milli * (tj.spec.duration_s or 3600.0)
+        total += w
+        if tj.spec.preemptible:
+            pre += w
+    return pre / total if total > 0 else 0.0
+
+
+def _profile_for(profile: Profile, change: Change | None) -> Profile:
+    data = profile.model_dump()
+    ch = change or Change()
+    data["autoscaler"] = {**data["autoscaler"], "enabled": bool(ch.autoscaling or ch.spot)}
+    if ch.placement:
+        data["placement"] = [{"name": p.strip()} for p in ch.placement.split(",")]
+    if ch.queue:
+        data["queue_sort"] = ch.queue
+    return load_profile(data, source="what-if change")
+
+
+def simulate_world(
+    trace: Trace,
+    profile: Profile,
+    nodes: Sequence[Node],
+    pools: Sequence[NodePool],
+    options: SimOptions,
+    catalog: PriceCatalog,
+    name: str,
+) -> SimResult:
+    """One run (what :func:`gpufleet.sim.runner.run_simulation` does, with nodes and pools given)."""
+    scheduler = profile.build(workload_of(trace), seed=options.seed)
+
+    def pricer(node: Node) -> float:
+        return catalog.node_hour_usd(node)
+
+    sim = Simulation(trace, scheduler, pricer, nodes=list(nodes), pools=list(pools), options=options, name=name)
+    return sim.run()
+
+
+def lower_bound_usd(
+    trace: Trace, models: Sequence[str], catalog: PriceCatalog, *, spot: bool
+) -> tuple[float, list[str]]:
+    """Every GPU-second of ``trace`` at the cheapest eligible price (see the module docstring)."""
+    notes: list[str] = []
+    prices: dict[tuple[str, CapacityType], float | None] = {}
+
+    def price(m: str, cap: CapacityType) -> float | None:
+        if (m, cap) not in prices:
+            try:
+                prices[(m, cap)] = catalog.gpu_hour_usd(m, cap)
+            except CatalogError:
+                prices[(m, cap)] = None
+        return prices[(m, cap)]
+
+    cheapest: dict[tuple[frozenset[str], float, bool], float | None] = {}
+    total = 0.0
+    for tj in trace.jobs:
+        sp = tj.spec
+        if not sp.gpu.count:
+            continue
+        key = (sp.gpu_types, sp.min_gpu_memory_gib, spot and sp.preemptible)
+        if key not in cheapest:
+            best: float | None = None
+            for m in models:
+                if sp.gpu_types and m not in sp.gpu_types:
+                    continue
+                mem = gpu_model(m).memory_gib
+                if mem and mem < sp.min_gpu_memory_gib:
+                    continue
+                caps = [CapacityType.ON_DEMAND] + ([CapacityType.SPOT] if key[2] else [])
+                for cap in caps:
+                    p = price(m, cap)
+                    if p is not None and (best is None or p < best):
+                        best = p
+            cheapest[key] = best
+            if best is None:
+                notes.append(f"no eligible priced GPU for jobs limited to {sorted(sp.gpu_types) or 'any'}; left out")
+        best = cheapest[key]
+        if best is not None:
+            total += sp.total_gpu_milli / MILLI * (sp.duration_s or 3600.0) / 3600.0 * best
+    return total, notes
+
+
+def run_whatif(
+    trace: Trace,
+    change: Change | str,
+    *,
+    profile: Profile | None = None,
+    nodes: Sequence[Node] | None = None,
+    options: SimOptions | None = None,
+    catalog: PriceCatalog | None = None,
+    baseline: SimResult | None = None,
+) -> WhatIfResult:
+    """Simulate the baseline and the variant with ``change``; report both and the lower bound.
+
+    ``baseline``: a baseline already simulated with the same trace, profile, nodes and options
+    (see :func:`simulate_baseline`) to compare several changes against one run."""
+    ch = parse_change(change) if isinstance(change, str) else change
+    prof = profile or Profile()
+    opts = options or SimOptions()
+    cat = catalog or PriceCatalog.load()
+    shapes = base_shapes(trace, nodes)
+    share = _spot_share(trace)
+    assumptions = [
+        f"baseline: {sum(c for _, c in shapes)} on-demand nodes always on ("
+        + ", ".join(f"{c}× {s.gpus}× {s.gpu_model}" for s, c in shapes)
+        + ")",
+        f"spot interruptions {opts.spot_hazard_per_node_hour:g} per spot node-hour; preemptible share of GPU-seconds "
+        f"{share:.1%}",
+    ]
+    if ch.spot and share == 0:
+        assumptions.append("no job is preemptible: spot capacity cannot be used (give the trace preemptible jobs)")
+    if ch.gpu_type:
+        assumptions.append("gpu-type: durations unchanged (no per-model speed model)")
+    b_nodes, b_pools = _cluster_for(shapes, None, share)
+    v_nodes, v_pools = _cluster_for(shapes, ch, share)
+    b_trace, v_trace = _trace_for(trace, None), _trace_for(trace, ch)
+    base = baseline or simulate_world(b_trace, _profile_for(prof, None), b_nodes, b_pools, opts, cat, "baseline")
+    var = simulate_world(v_trace, _profile_for(prof, ch), v_nodes, v_pools, opts, cat, ch.text)
+    models = sorted({n.gpu_model for n in v_nodes} | {p.gpu_model for p in v_pools} - {""})
+    lb, notes = lower_bound_usd(v_trace, models, cat, spot=ch.spot)
+    return WhatIfResult(
+        ch.text,
+        trace.name,
+        len(trace.jobs),
+        opts.seed,
+        sum(c for _, c in shapes),
+        RunFigures.of(base),
+        RunFigures.of(var),
+        lb,
+        tuple(assumptions + notes),
+    )
+
+
+def simulate_baseline(
+    trace: Trace,
+    *,
+    profile: Profile | None = None,
+    nodes: Sequence[Node] | None = None,
+    options: SimOptions | None = None,
+    catalog: PriceCatalog | None = None,
+) -> SimResult:
+    """The baseline run of :func:`run_whatif` on its own (fixed on-demand cluster, no sharing)."""
+    shapes = base_shapes(trace, nodes)
+    b_nodes, b_pools = _cluster_for(shapes, None, 0.0)
+    return simulate_world(
+        _trace_for(trace, None),
+        _profile_for(profile or Profile(), None),
+        b_nodes,
+        b_pools,
+        options or SimOptions(),
+        catalog or PriceCatalog.load(),
+        "baseline",
+    )
+
+
+# -- history as a trace ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryJob:
+    """A recorded job: when it was submitted, how long it really ran (seconds of run time over its
+    runs), its shape and its scheduling attributes."""
+
+    job_id: str
+    submitted_at: float
+    run_time_s: float
+    team: str = "default"
+    project: str = ""
+    priority_class: str = "normal"
+    gpus: int = 0
+    gpu_milli: int = MILLI
+    mig_profile: str | None = None
+    gpu_types: tuple[str, ...] = ()
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    pods: int = 1
+    preemptible: bool = False
+    checkpoint_interval_s: float | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def trace_from_history(jobs: Sequence[HistoryJob], name: str = "history") -> Trace:
+    """Recorded jobs as a trace: submit times from the first one, duration = recorded run time."""
+    if not jobs:
+        return Trace(name, [], source=name)
+    t0 = min(j.submitted_at for j in jobs)
+    out = []
+    for j in jobs:
+        gpu = GpuRequest(count=j.gpus, milli=j.gpu_milli if j.gpus else MILLI, mig_profile=j.mig_profile)
+        spec = JobSpec(
+            name=j.job_id,
+            team=j.team,
+            project=j.project,
+            labels={**j.labels, "history/job_id": j.job_id},
+            priority_class=j.priority_class,
+            gpu=gpu,
+            gpu_types=frozenset(g for g in (canonical_gpu_name(x) for x in j.gpu_types) if g),
+            cpu_milli=j.cpu_milli,
+            memory_mib=j.memory_mib,
+            preemptible=j.preemptible,
+            checkpoint_interval_s=j.checkpoint_interval_s,
+            gang_size=max(1, j.pods),
+            duration_s=max(1.0, j.run_time_s),
+            estimated_runtime_s=max(1.0, j.run_time_s),
+        )
+        out.append(TraceJob(j.submitted_at - t0, spec))
+    return Trace(name, out, source=name)
+
+
+def history_from_store(
+    session: Session, start: float, end: float, checkpoint_interval_s: float = 1800.0
+) -> list[HistoryJob]:
+    """Jobs submitted in ``[start, end)`` that ran, with their summed run time (store glue). A job with a
+    checkpoint directory is taken to checkpoint every ``checkpoint_interval_s``."""
+    from sqlalchemy import select
+
+    from gpufleet.store.models import JobRow, RunRow
+
+    rows = list(session.scalars(select(JobRow).where(JobRow.submitted_at >= start, JobRow.submitted_at < end)))
+    if not rows:
+        return []
+    run_time: dict[str, float] = {}
+    pods: dict[str, int] = {}
+    for r in session.scalars(select(RunRow).where(RunRow.job_id.in_([j.id for j in rows]))):
+        if r.started_at is not None and r.ended_at is not None:
+            run_time[r.job_id] = run_time.get(r.job_id, 0.0) + max(0.0, r.ended_at - r.started_at)
+            pods[r.job_id] = max(pods.get(r.job_id, 1), len(r.placement or []) or 1)
+    out = []
+    for j in rows:
+        if j.id not in run_time:
+            continue
+        out.append(
+            HistoryJob(
+                j.id,
+                j.submitted_at,
+                run_time[j.id],
+                j.team,
+                j.project,
+                j.priority_class,
+                j.gpus,
+                j.gpu_milli,
+                j.mig_profile,
+                tuple(str(g) for g in (j.gpu_types or [])),
+                j.cpu_milli,
+                j.memory_mib,
+                pods.get(j.id, 1),
+                j.preemptible,
+                checkpoint_interval_s if j.checkpoint_dir else None,
+                {str(k): str(v) for k, v in (j.labels or {}).items()},
+            )
+        )
+    return out
