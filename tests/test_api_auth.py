@@ -12,7 +12,8 @@ import pytest
 
 from gpufleet.api.app import create_app
 from gpufleet.api.context import ApiContext
-from gpufleet.store import repo
+from gpufleet.cost.budgets import make_budget
+from gpufleet.store import budgets_repo, repo
 from tests.api_support import T0, Api, make_api
 
 CALLERS = ("admin", "alice", "bob", "vera", "none", "bad")  # alice/vera: alpha (owner); bob: beta
@@ -54,6 +55,14 @@ EXPECTED.update(
         ("GET", "/v1/anomalies"): authed(200, 200, 200, 200),
         ("GET", "/v1/recommendations"): authed(200, 200, 200, 200),
         ("GET", "/v1/roi"): authed(200, 200, 200, 200),
+        # budgets: admins manage them; others see only their own team's (the target is alpha's)
+        ("POST", "/v1/budgets"): authed(201, 403, 403, 403),
+        ("GET", "/v1/budgets"): authed(200, 200, 200, 200),
+        ("POST", "/v1/budgets/check"): authed(200, 200, 403, 403),
+        ("GET", "/v1/budgets/{ref}"): authed(200, 200, 404, 200),
+        ("PUT", "/v1/budgets/{ref}"): authed(200, 403, 403, 403),  # admin-only: 403 whether it exists or not
+        ("DELETE", "/v1/budgets/{ref}"): authed(204, 403, 403, 403),
+        ("GET", "/v1/budgets/{ref}/status"): authed(200, 200, 404, 200),
     }
 )
 
@@ -79,7 +88,13 @@ def request_for(api: Api, method: str, template: str) -> Callable[[str], httpx.R
         (api.logs / f"{job}.log").write_text("alpha's output\n")
         with api.db.session() as s:
             tok, _ = repo.create_token(s, team="alpha", role="member", name="victim", now=T0)
-        path = template.format(job_id=job, name="alpha", token_id=tok.id)
+            budget = budgets_repo.create_budget(
+                s,
+                make_budget(id="", name=f"alpha-{tok.id[4:].lower()}", scope="team:alpha", limit_usd=100.0),
+                created_by=None,
+                now=T0,
+            )
+        path = template.format(job_id=job, name="alpha", token_id=tok.id, ref=budget.id)
         body: dict[str, Any] | None = None
         if (method, template) == ("POST", "/v1/jobs"):
             body = {"command": ["x"], "team": "alpha"}
@@ -89,6 +104,10 @@ def request_for(api: Api, method: str, template: str) -> Callable[[str], httpx.R
             body = {"team": "alpha"}
         elif (method, template) == ("POST", "/v1/jobs/{job_id}/progress"):  # insights
             body = {"step": 1}
+        elif template in ("/v1/budgets", "/v1/budgets/{ref}") and method in ("POST", "PUT"):
+            body = {"name": f"b-{tok.id[4:].lower()}", "scope": "team:alpha", "limit_usd": 50.0}
+        elif template == "/v1/budgets/check":
+            body = {"command": ["x"], "gpus": 1, "team": "alpha"}
         response: httpx.Response = api.client.request(method, path, json=body, headers=headers(api, caller))
         return response
 

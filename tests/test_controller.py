@@ -19,7 +19,7 @@ from gpufleet.model.job import PodPlacement
 from gpufleet.store import repo
 from gpufleet.store.convert import placement_to_json
 from gpufleet.store.db import Database
-from gpufleet.store.models import JobRow, UsageSegmentRow
+from gpufleet.store.models import JobProgressRow, JobRow, UsageSegmentRow
 
 
 @dataclass
@@ -65,7 +65,9 @@ class World:
 
 
 def make_controller(tmp: Path, db: Database, backend: LocalBackend) -> Controller:
-    cfg = ControllerConfig(poll_interval_s=0.05, cycle_interval_s=0.2, grace_s=2.0, node_price_usd_per_hour=8.0)
+    cfg = ControllerConfig(
+        poll_interval_s=0.05, cycle_interval_s=0.2, grace_s=2.0, node_price_usd_per_hour=8.0, telemetry_interval_s=0.2
+    )
     return Controller(db, backend, config=cfg, leadership=FileLeadership(tmp / "leader.lock"))
 
 
@@ -207,3 +209,18 @@ def test_launch_is_never_repeated_for_a_live_run(world: World) -> None:
     h2 = world.backend.launch(req)
     assert h1.pid == h2.pid
     world.backend.stop("j-x", 1, "test over", 0.0)
+
+
+def test_progress_file_becomes_progress_rows(world: World) -> None:
+    """A job appends JSON lines to $GPUFLEET_PROGRESS_FILE; the controller stores each report once."""
+    script = (
+        'for i in 1 2 3; do echo "{\\"time\\": $(date +%s).$i, \\"step\\": $i, \\"total_steps\\": 3, '
+        '\\"metrics\\": {\\"loss\\": 0.$i}}" >> "$GPUFLEET_PROGRESS_FILE"; sleep 0.3; done; sleep 0.6'
+    )
+    jid = world.submit(["sh", "-c", script])
+    world.until(lambda: world.state(jid) == "RUNNING")
+    world.until(lambda: world.state(jid) == "SUCCEEDED", timeout=20)
+    with world.db.session() as s:
+        rows = s.query(JobProgressRow).filter_by(job_id=jid).order_by(JobProgressRow.time).all()
+        steps = [r.step for r in rows]
+    assert steps == [1, 2, 3], steps

@@ -29,12 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import func, select
+
 from gpufleet.backends.base import Backend, BackendEvent, EventKind, LaunchRequest, RecoveredState
 from gpufleet.clock import Clock, WallClock
 from gpufleet.control.budgets import BudgetService  # budgets: evaluation, alerts, throttles, job limits
 from gpufleet.control.leader import FileLeadership, Leadership, PgLeadership
 from gpufleet.cost.budgets import throttled_cycle  # budgets
 from gpufleet.cost.catalog import PriceCatalog
+from gpufleet.cost.forecast import parse_progress_file
 from gpufleet.errors import GpufleetError
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job, JobState
@@ -48,6 +51,7 @@ from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot
 from gpufleet.store import repo
 from gpufleet.store.convert import job_from_row, placement_to_json, pod_share_units
 from gpufleet.store.db import Database
+from gpufleet.store.models import JobProgressRow
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +151,7 @@ class Controller:
         self._last_heartbeat = -math.inf
         self._last_telemetry = -math.inf
         self._order: list[Job] = []
+        self._progress: dict[tuple[str, int], tuple[int, float | None]] = {}  # run → (offset read, last time)
         self._waiting: dict[str, str] = {}
 
     # -- thread ----------------------------------------------------------------------------------------
@@ -343,6 +348,7 @@ class Controller:
         if now - self._last_telemetry >= self.config.telemetry_interval_s:
             self._last_telemetry = now
             self._telemetry()
+            self._read_progress()
 
     def run_cycle(self, now: float) -> Decisions:
         t0 = time.perf_counter()
@@ -614,6 +620,8 @@ class Controller:
                     placement=[],
                 )
                 requeue = True
+        self._read_progress(only=job.id)  # the last reports of the run
+        self._progress.pop((job.id, ar.run), None)
         # in memory
         self.scheduler.release(job, ar.assignments, self.snapshot, now)
         del self.active[job.id]
@@ -706,6 +714,56 @@ class Controller:
                 queue=queue,
                 info=info,
             )
+
+    def _read_progress(self, only: str | None = None) -> None:
+        """New lines of the progress files running jobs write (``$GPUFLEET_PROGRESS_FILE``, JSON
+        Lines, see :func:`gpufleet.cost.forecast.parse_progress_file`) become progress rows, as if
+        reported through the API (``only``: just that job, read once more as its run ends). Only
+        whole lines are read; after a restart, reports already stored (by time) are skipped."""
+        path_of = getattr(self.backend, "progress_path", None)
+        if path_of is None:
+            return
+        rows: list[JobProgressRow] = []
+        for job_id, ar in self.active.items():
+            if only is None or job_id == only:
+                rows += self._progress_rows(job_id, ar.run, path_of(job_id, ar.run))
+        if rows:
+            with self.db.session() as s:
+                s.add_all(rows)
+
+    def _progress_rows(self, job_id: str, run: int, path: Path) -> list[JobProgressRow]:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return []
+        key = (job_id, run)
+        offset, seen = self._progress.get(key, (0, None))
+        if size <= offset:
+            return []
+        if key not in self._progress:
+            with self.db.session(readonly=True) as s:
+                seen = s.scalar(select(func.max(JobProgressRow.time)).where(JobProgressRow.job_id == job_id))
+        try:
+            with path.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read(size - offset)
+        except OSError:
+            return []
+        end = chunk.rfind(b"\n") + 1
+        if end == 0:
+            return []
+        try:
+            reports = parse_progress_file(chunk[:end].decode(errors="replace"), source=str(path))
+        except GpufleetError as e:
+            log.warning("ignoring progress of %s: %s", job_id, e)
+            reports = []
+        fresh = [r for r in reports if seen is None or r.time > seen]
+        last = max([*(r.time for r in fresh), *([seen] if seen is not None else [])], default=None)
+        self._progress[key] = (offset + end, last)
+        return [
+            JobProgressRow(job_id=job_id, time=r.time, step=r.step, total_steps=r.total_steps, metrics=dict(r.metrics))
+            for r in fresh
+        ]
 
     def _telemetry(self) -> None:
         try:

@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Response
 from sqlalchemy.orm import Session
 
-from gpufleet.api.auth import require_admin
+from gpufleet.api.auth import Principal, require_admin
 from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, Caller, Ctx
 from gpufleet.api.problems import input_at
 from gpufleet.control.submit import prepare_submit
 from gpufleet.cost.budgets import Budget, budget_status, check_block, enforcing, estimate_job_cost, make_budget
+from gpufleet.errors import NotFoundError
 from gpufleet.notify.channels import masked, validate_channels
 from gpufleet.store import budgets_repo
 from gpufleet.store.models import BudgetRow
@@ -89,10 +90,23 @@ def create_budget(body: BudgetIn, ctx: Ctx, who: Caller) -> BudgetOut:
         return budget_out(row)
 
 
+def _visible(who: Principal, row: BudgetRow) -> bool:
+    """Admins see every budget; others only the budgets of their own team (a budget on a label,
+    project or namespace may cover other teams' spend)."""
+    return who.is_admin or (row.scope_kind == "team" and row.scope_value == who.team)
+
+
+def _visible_budget(s: Session, who: Principal, ref: str) -> BudgetRow:
+    row = budgets_repo.get_budget(s, ref)
+    if not _visible(who, row):
+        raise NotFoundError(f"budget '{ref}' not found")
+    return row
+
+
 @router.get("", response_model=list[BudgetOut], responses=AUTHED, summary="List budgets")
 def list_budgets(ctx: Ctx, who: Caller) -> list[BudgetOut]:
     with ctx.database.session(readonly=True) as s:
-        return [budget_out(r) for r in budgets_repo.list_budgets(s)]
+        return [budget_out(r) for r in budgets_repo.list_budgets(s) if _visible(who, r)]
 
 
 @router.post("/check", response_model=BudgetCheckOut, responses=AUTHED, summary="Would a job fit its budgets?")
@@ -153,7 +167,7 @@ def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
 @router.get("/{ref}", response_model=BudgetOut, responses=READ_ONE, summary="Get a budget (id or name)")
 def get_budget(ref: str, ctx: Ctx, who: Caller) -> BudgetOut:
     with ctx.database.session(readonly=True) as s:
-        return budget_out(budgets_repo.get_budget(s, ref))
+        return budget_out(_visible_budget(s, who, ref))
 
 
 @router.put("/{ref}", response_model=BudgetOut, responses={**READ_ONE, **ADMIN}, summary="Replace a budget")
@@ -221,4 +235,4 @@ def budget_status_route(ref: str, ctx: Ctx, who: Caller) -> BudgetStatusOut:
     """Spend in the current period, percent used, projected period-end spend, days left, the
     committed spend that ``block`` checks against, and the alerts fired in the period."""
     with ctx.database.session(readonly=True) as s:
-        return _status(s, budgets_repo.get_budget(s, ref), ctx.clock.now())
+        return _status(s, _visible_budget(s, who, ref), ctx.clock.now())
