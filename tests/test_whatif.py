@@ -101,3 +101,62 @@ def test_philly_subset_spot_and_autoscaling() -> None:
     assert r.lower_bound_usd <= r.variant.cost_usd <= r.baseline.cost_usd
     auto = run_whatif(trace, "autoscaling", options=OPTS)
     assert r.variant.cost_usd < auto.variant.cost_usd  # spot adds savings on top of autoscaling
+
+
+def test_cli_replays_the_stores_history(tmp_path: Path) -> None:
+    """`gpufleet whatif --trace history:30d` reads the jobs the server ran from its store."""
+    import json
+    import time
+
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+    from gpufleet.store import repo
+    from gpufleet.store.db import Database
+
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    db = Database(url)
+    db.upgrade()
+    now = time.time()
+    with db.session() as s:
+        for i in range(3):
+            row, _ = repo.submit_job(
+                s,
+                {"name": f"j{i}", "command": ["x"], "gpus": 1},
+                team="nlp",
+                submitted_by=None,
+                idempotency_key=None,
+                request_sha256=None,
+                now=now - 3600 + i,
+            )
+            place = [{"node": "vm", "gpus": [0], "milli": 1000, "mig_mask": 0}]
+            repo.open_run(
+                s,
+                job_id=row.id,
+                run=1,
+                node="vm",
+                placement=place,
+                capacity_type="on-demand",
+                node_hourly_usd=8.0,
+                now=now - 3500,
+            )
+            repo.mark_run_started(s, row.id, 1, pid=1, started_at=now - 3500)
+            repo.end_run(
+                s,
+                row.id,
+                1,
+                outcome="succeeded",
+                exit_code=0,
+                reason="",
+                started_at=now - 3500,
+                ended_at=now - 3500 + 600 * (i + 1),
+            )
+    db.dispose()
+    res = CliRunner().invoke(app, ["whatif", "--change", "spot", "--trace", "history:30d", "--db", url, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["baseline"]["completed"] == 3 and out["variant"]["completed"] == 3
+    empty = CliRunner().invoke(
+        app, ["whatif", "--change", "spot", "--trace", "history:2020-01-01T00:00:00Z,2020-01-02T00:00:00Z", "--db", url]
+    )
+    assert empty.exit_code == 2 and "no recorded jobs" in empty.output

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -15,7 +15,11 @@ from gpufleet.cli.common import console, handle_errors
 from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt
 from gpufleet.cli.render import api_errors, emit_json
 from gpufleet.cost.roi import format_roi
+from gpufleet.errors import InputError
 from gpufleet.wire import RecommendationOut, RoiOut
+
+if TYPE_CHECKING:
+    from gpufleet.sim.traces.base import Trace
 
 
 def recommendations_table(recs: list[RecommendationOut]) -> Table:
@@ -77,6 +81,29 @@ def roi_command(
     typer.echo(render_roi(report, fmt), nl=False)
 
 
+def _history_trace(window: str, db_url: str | None, limit: int | None) -> Trace:
+    """The jobs this server ran in ``window`` (``30d``, ``month``, an RFC 3339 pair) as a trace:
+    submit times, recorded run times, shapes, teams — the workload a what-if replays."""
+    import time
+
+    from gpufleet.api.windows import parse_window
+    from gpufleet.sim.whatif import history_from_store, trace_from_history
+    from gpufleet.store.db import Database, default_db_url
+
+    w = parse_window(window, time.time(), field="--trace history:WINDOW")
+    database = Database(db_url or default_db_url())
+    try:
+        with database.session(readonly=True) as s:
+            jobs = history_from_store(s, w.start, w.end)
+    finally:
+        database.dispose()
+    if limit is not None:
+        jobs = jobs[:limit]
+    if not jobs:
+        raise InputError(f"no recorded jobs ran in {window} in {database.masked_url}", field="--trace")
+    return trace_from_history(jobs, name=f"history:{window}")
+
+
 @handle_errors
 def whatif(
     change: Annotated[
@@ -87,8 +114,13 @@ def whatif(
         ),
     ],
     trace: Annotated[
-        str, typer.Option(help="philly:PATH | synthetic[:seed] | openb[:variant] | FILE.jsonl|.csv")
+        str,
+        typer.Option(
+            help="history[:WINDOW] (this server's recorded jobs, e.g. history:30d) | philly:PATH | "
+            "synthetic[:seed] | openb[:variant] | FILE.jsonl|.csv"
+        ),
     ] = "synthetic",
+    db: Annotated[str | None, typer.Option(help="store to read history from (default: the server's)")] = None,
     limit: Annotated[int | None, typer.Option(help="only the first N jobs", min=1)] = None,
     preemptible: Annotated[
         float, typer.Option(help="philly: fraction of preemptible jobs that checkpoint every 30 min", min=0, max=1)
@@ -108,7 +140,10 @@ def whatif(
     from gpufleet.sim.whatif import parse_change, run_whatif
 
     ch = parse_change(change)
-    tr = load_trace(trace, TraceOptions(limit=limit, preemptible_fraction=preemptible, seed=seed))
+    if trace == "history" or trace.startswith("history:"):
+        tr = _history_trace(trace.partition(":")[2] or "30d", db, limit)
+    else:
+        tr = load_trace(trace, TraceOptions(limit=limit, preemptible_fraction=preemptible, seed=seed))
     nodes = load_cluster(cluster).build()[0] if cluster else None
     prof = load_profile(profile) if profile else Profile()
     if not as_json:
