@@ -60,7 +60,10 @@ def test_crud_and_status(api: Api) -> None:
         headers=api.h("admin"),
     )
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "body.channels[0].url"
-    assert [x["name"] for x in api.client.get("/v1/budgets", headers=api.h("bob")).json()] == ["alpha-cap"]
+    # a team's budget is visible to its members, not to other teams
+    assert [x["name"] for x in api.client.get("/v1/budgets", headers=api.h("alice")).json()] == ["alpha-cap"]
+    assert api.client.get("/v1/budgets", headers=api.h("bob")).json() == []
+    assert api.client.get("/v1/budgets/alpha-cap/status", headers=api.h("bob")).status_code == 404
     add_spend(api.db, "alpha", 5.0, T0 - 3600)
     st = api.client.get("/v1/budgets/alpha-cap/status", headers=api.h("alice")).json()
     assert st["spend_usd"] == 5.0 and st["percent"] == 25.0 and st["limit_usd"] == 20.0

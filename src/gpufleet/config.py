@@ -23,24 +23,31 @@ def format_validation_error(err: ValidationError, source: str) -> ConfigError:
     return ConfigError(first["msg"] + more, source=source, field=loc)
 
 
+def read_yaml(path: Path, source: str | None = None) -> Any:
+    """A YAML file's document (``{}`` when empty), or a :class:`ConfigError` naming the file and line."""
+    source = source or str(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror}", source=source) from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(
+            f"not valid YAML: {getattr(e, 'problem', e)}",
+            source=source,
+            line=None if mark is None else mark.line + 1,
+        ) from None
+    return loaded if loaded is not None else {}
+
+
 def load_model(model: type[M], data: Mapping[str, Any] | str | Path, *, source: str, section: str, what: str) -> M:
     """``model`` from a mapping or a YAML file. A file may hold the settings at its top level or
     under ``section:``. ``what`` describes the expected mapping in the error for anything else."""
     if isinstance(data, str | Path):
-        path = Path(data)
-        source = str(path)
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except OSError as e:
-            raise ConfigError(f"cannot read: {e.strerror}", source=source) from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            raise ConfigError(
-                f"not valid YAML: {getattr(e, 'problem', e)}",
-                source=source,
-                line=None if mark is None else mark.line + 1,
-            ) from None
-        data = loaded if loaded is not None else {}
+        source = str(data)
+        data = read_yaml(Path(data))
         if isinstance(data, dict) and isinstance(data.get(section), dict):
             data = data[section]
     if not isinstance(data, Mapping):

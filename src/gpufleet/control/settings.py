@@ -13,11 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from gpufleet.config import format_validation_error
+from gpufleet.config import format_validation_error, read_yaml
 from gpufleet.cost.rules import PricingConfig, load_rules
 from gpufleet.errors import ConfigError
 from gpufleet.scheduling.profile import Profile
@@ -79,19 +78,7 @@ class Settings(BaseSettings):
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"cannot read: {e.strerror}", source=str(path)) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ConfigError(
-            f"not valid YAML: {getattr(e, 'problem', e)}",
-            source=str(path),
-            line=None if mark is None else mark.line + 1,
-        ) from None
-    if data is None:
-        return {}
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError("the settings file must be a mapping", source=str(path))
     return data
