@@ -103,3 +103,26 @@ def test_sdk_methods(api: Api) -> None:
         assert c.anomalies(days=3) == []
         assert isinstance(c.recommendations("24h"), list)
         assert c.roi("24h").hours == pytest.approx(24)
+
+
+def test_roi_prices_the_servers_pricing_rules(tmp_path: Path) -> None:
+    """With a server-wide 0.5x time-of-day window, ROI's actual cost halves and the off-peak lever
+    carries exactly the difference."""
+    from contextlib import contextmanager
+
+    from gpufleet.cost.rules import load_rules
+
+    rules = load_rules(
+        {"timezone": "UTC", "windows": [{"name": "all", "start": "00:00", "end": "00:00", "multiplier": 0.5}]}
+    )
+    results = []
+    for ctx_args in ({}, {"pricing_rules": rules}):
+        with contextmanager(make_api)(tmp_path / str(len(results)), **ctx_args) as api:
+            _running(api)
+            r = api.client.get("/v1/roi?window=24h", headers=api.h("admin"))
+            assert r.status_code == 200, r.text
+            results.append(r.json())
+    plain, priced = results
+    assert plain["actual_usd"] == pytest.approx(80.0) and priced["actual_usd"] == pytest.approx(40.0)
+    assert priced["levers_usd"]["off_peak"] - plain["levers_usd"]["off_peak"] == pytest.approx(40.0)
+    assert sum(priced["levers_usd"].values()) == pytest.approx(priced["savings_usd"])

@@ -33,6 +33,7 @@ from gpufleet.cost.forecast import (
 )
 from gpufleet.cost.recommend import RecommendConfig, inputs_from_store, recommend
 from gpufleet.cost.roi import roi_report
+from gpufleet.cost.rules import apply_rules
 from gpufleet.errors import ConflictError
 from gpufleet.store import repo
 from gpufleet.store.models import JobProgressRow
@@ -271,6 +272,10 @@ def roi(
         win = parse_window(window, now)
     with ctx.database.session(readonly=True) as s:
         ledger = repo.load_ledger(s, win.start, win.end, now)
+    if ctx.pricing_rules is not None:
+        # the server's pricing rules (time-of-day windows, node prices) priced into the node
+        # intervals, so what off-peak windows saved shows in the off-peak lever
+        ledger = apply_rules(ledger, win.start, max(win.end, win.start + 1e-6), ctx.pricing_rules, as_of=now).ledger
     with input_at("query"):
         r = roi_report(
             ledger,
