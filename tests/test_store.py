@@ -41,7 +41,7 @@ from gpufleet.store.models import Base, JobRow, Token
 
 
 
-HEAD = "0002"  # the newest migration
+HEAD = "0003"  # the newest migration
 
 def submit(
     db: Database,
@@ -697,12 +697,12 @@ def test_cli_db_upgrade_and_current(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "(empty)" in res.output and "needs 'gpufleet db upgrade'" in res.output
     res = runner.invoke(app, ["db", "upgrade", "--db", url])
     assert res.exit_code == 0, res.output
-    assert "upgraded (empty) → 0002" in " ".join(res.output.split())
+    assert "upgraded (empty) → 0003" in " ".join(res.output.split())
     res = runner.invoke(app, ["db", "upgrade", "--db", url])
-    assert res.exit_code == 0 and "already at 0002" in " ".join(res.output.split())
+    assert res.exit_code == 0 and "already at 0003" in " ".join(res.output.split())
     monkeypatch.setenv("GPUFLEET_DB", url)  # the default store
     res = runner.invoke(app, ["db", "current"])
-    assert res.exit_code == 0 and "0002 (head 0002; up to date)" in " ".join(res.output.split())
+    assert res.exit_code == 0 and "0003 (head 0003; up to date)" in " ".join(res.output.split())
     res = runner.invoke(app, ["db", "upgrade", "--db", "postgresql+psycopg://u:pw@127.0.0.1:1/x"])
     assert res.exit_code == 2
     assert "cannot" in res.output and "u:***@" in res.output and ":pw@" not in res.output

@@ -320,6 +320,11 @@ class BudgetIn(_Wire):
     grace_s: Annotated[float, Field(ge=0, le=366 * 86400)] = 0.0
     channels: Annotated[list[dict[str, object]], Field(max_length=16)] = Field(default_factory=list)
     enabled: bool = True
+    # daily cost-anomaly alerts for the scope: a complete day more than anomaly_threshold_pct % and
+    # anomaly_floor_usd dollars above its rolling 7-day baseline alerts the channels once
+    anomaly_alerts: bool = False
+    anomaly_threshold_pct: Annotated[float, Field(gt=0, le=1e6)] = 20.0
+    anomaly_floor_usd: Annotated[float, Field(ge=0, le=1e12)] = 50.0
 
 
 class ThresholdOut(_Out):
@@ -342,6 +347,9 @@ class BudgetOut(_Out):
     grace_s: float
     channels: list[dict[str, object]]  # secrets (password, routing_key) shown as "***"
     enabled: bool
+    anomaly_alerts: bool = False
+    anomaly_threshold_pct: float = 20.0
+    anomaly_floor_usd: float = 50.0
     created_at: datetime
     updated_at: datetime
 
@@ -349,7 +357,7 @@ class BudgetOut(_Out):
 class BudgetAlertOut(_Out):
     threshold: float
     severity: str
-    kind: str  # threshold | limit (the limit crossing recorded for grace, without notifications)
+    kind: str  # threshold | limit (the limit crossing recorded for grace, without notifications) | anomaly
     fired_at: datetime
     spend_usd: float
     limit_usd: float

@@ -93,6 +93,15 @@ def create(
     slack: Annotated[list[str] | None, typer.Option("--slack", help="Slack webhook URL (repeatable)")] = None,
     pagerduty: Annotated[list[str] | None, typer.Option("--pagerduty", help="routing key (repeatable)")] = None,
     channel: Annotated[list[str] | None, typer.Option("--channel", help="a channel as JSON (repeatable)")] = None,
+    anomaly_alerts: Annotated[
+        bool, typer.Option("--anomaly-alerts", help="alert on daily cost anomalies of the scope")
+    ] = False,
+    anomaly_threshold: Annotated[
+        float, typer.Option("--anomaly-threshold", help="percent above the 7-day baseline that is an anomaly")
+    ] = 20.0,
+    anomaly_floor: Annotated[
+        float, typer.Option("--anomaly-floor", help="USD above the baseline a day must also be")
+    ] = 50.0,
     as_json: JsonOpt = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
@@ -106,6 +115,9 @@ def create(
         "timezone": timezone,
         "action": action,
         "channels": _channels(webhook or [], slack or [], pagerduty or [], channel or []),
+        "anomaly_alerts": anomaly_alerts,
+        "anomaly_threshold_pct": anomaly_threshold,
+        "anomaly_floor_usd": anomaly_floor,
     }
     if start is not None or end is not None:
         fields["period_start"], fields["period_end"] = _time(start, "--start"), _time(end, "--end")
@@ -138,6 +150,11 @@ def _print_budget(b: BudgetOut) -> None:
     console.print(f"  action: {b.action}" + (f" {b.throttle.model_dump(exclude_defaults=True)}" if b.throttle else ""))
     if b.grace_s:
         console.print(f"  grace: {b.grace_s:g}s")
+    if b.anomaly_alerts:
+        console.print(
+            f"  anomaly alerts: a day > {b.anomaly_threshold_pct:g}% and > ${b.anomaly_floor_usd:,.2f} "
+            "above its 7-day baseline"
+        )
     console.print(f"  thresholds: {ths}")
     for ch in b.channels:
         console.print(f"  channel: {escape(json.dumps(ch))}")

@@ -11,10 +11,14 @@ Every ``interval_s`` (:meth:`BudgetService.maybe_run`, called from the controlle
    no 100 % threshold is configured, because the grace period counts from it;
 3. the throttles in force (over the limit for at least ``grace_s``) are handed to the controller,
    which applies them to each scheduling cycle (:func:`gpufleet.cost.budgets.apply_throttles`);
-4. jobs with their own ``budget_usd`` whose cost has reached it are reported, and the controller
+4. for each budget with ``anomaly_alerts``, at most once per local day: the last complete day of its
+   scope in its time zone is judged against its rolling 7-day baseline (:func:`check_anomaly`); an
+   anomaly is one alert (kind ``anomaly``) per budget per day, by the same unique constraint, whose
+   message names the jobs and teams whose spend rose most and the change that brings it back;
+5. jobs with their own ``budget_usd`` whose cost has reached it are reported, and the controller
    stops them like any stop: a SIGTERM (the checkpoint signal), then SIGKILL after the grace
    period, ending CANCELLED with the reason "job budget of $X reached";
-5. the outbox is dispatched (retries with backoff).
+6. the outbox is dispatched (retries with backoff).
 
 The block check of submissions does not wait for this timer: the API does it atomically with each
 insert (:func:`check_submission`).
@@ -42,13 +46,15 @@ from gpufleet.cost.budgets import (
     check_block,
     enforcing,
     estimate_job_cost,
+    iso,
+    last_complete_day,
     limit_severity,
 )
 from gpufleet.notify.channels import deliver
 from gpufleet.notify.outbox import DispatchStats, Outbox, Sender
 from gpufleet.store import budgets_repo
 from gpufleet.store.db import Database
-from gpufleet.store.models import JobRow
+from gpufleet.store.models import BudgetAlertRow, JobRow
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +109,17 @@ def evaluate_budget(s: Session, budget: Budget, now: float) -> Evaluation:
         )
     ev.enforcing = enforcing(budget, budgets_repo.over_since(s, budget.id, period.start), now)
     return ev
+
+
+def check_anomaly(s: Session, budget: Budget, now: float) -> BudgetAlertRow | None:
+    """Judge the last complete day of ``budget``'s scope (in its time zone) for a cost anomaly and,
+    when there is one, insert its alert and queue its notifications — once per budget and day
+    however often this runs (None when there is no anomaly, or it was already raised)."""
+    day = last_complete_day(now, budget.timezone)
+    found = budgets_repo.scope_anomaly(s, budget, day, now)
+    if found is None:
+        return None
+    return budgets_repo.insert_anomaly_alert(s, budget, day, found, now=now)
 
 
 def check_submission(
@@ -191,6 +208,10 @@ class BudgetService:
         self.outbox = outbox or Outbox(db, clock, sender=sender)
         self.throttles: list[ThrottleRule] = []
         self._last = -math.inf
+        # budget id → what its last anomaly check judged (day start and the settings used): the
+        # check runs once a day per budget, not on every evaluation; a restart or another replica
+        # checking again raises nothing twice (the alert is unique per budget and day)
+        self._anomaly_checked: dict[str, tuple[float, str, float, float]] = {}
 
     def due(self, now: float) -> bool:
         return now - self._last >= self.interval_s
@@ -224,7 +245,26 @@ class BudgetService:
                     out.append(evaluate_budget(s, b, now))
             except Exception:  # one broken budget must not stop the others (or the controller)
                 log.exception("evaluating budget %s failed", b.name)
+            if b.anomaly_alerts:
+                self._check_anomaly(b, now)
         return out
+
+    def _check_anomaly(self, budget: Budget, now: float) -> None:
+        """:func:`check_anomaly` unless this budget's last complete day was already judged with its
+        current scope and settings (a failed check is retried at the next evaluation)."""
+        day = last_complete_day(now, budget.timezone)
+        key = (day.start, str(budget.scope), budget.anomaly_threshold_pct, budget.anomaly_floor_usd)
+        if self._anomaly_checked.get(budget.id) == key:
+            return
+        try:
+            with self.db.session() as s:
+                row = check_anomaly(s, budget, now)
+        except Exception:  # like evaluation: a broken check must not stop the controller
+            log.exception("anomaly check of budget %s failed", budget.name)
+            return
+        self._anomaly_checked[budget.id] = key
+        if row is not None:
+            log.info("budget %s: cost anomaly on the day from %s raised", budget.name, iso(day.start))
 
     def job_overruns(self, now: float) -> list[JobOverrun]:
         out = []

@@ -31,7 +31,7 @@ For the budgets engineer (alert emission)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
@@ -202,6 +202,16 @@ def _action(causes: Sequence[Cause], increase: float) -> tuple[str, float]:
     return f"No single cause; the increase is ${increase:,.2f}/day spread over many jobs.", 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class KeyFilter:
+    """Only the ledger rows whose ``dimension`` key passes ``match`` count, in the totals and as
+    causes: a budget's scope (``team`` = "vision", ``label:cost-center`` = "42", every row for
+    ``all``). Idle capacity is never a row, so a filtered total is attributed spend only."""
+
+    dimension: str
+    match: Callable[[str], bool]
+
+
 def scan_ledger(
     ledger: Ledger,
     *,
@@ -211,38 +221,49 @@ def scan_ledger(
     as_of: float | None = None,
     dimensions: Sequence[str] = ("team", "job_id"),
     team: str | None = None,
+    where: KeyFilter | None = None,
+    first_day: date | None = None,
 ) -> list[Anomaly]:
     """Anomalies of the ledger's daily spend over ``days`` days from ``first_day_start`` (seconds; the
     start of a day in the wanted time zone). Causes by each of ``dimensions``.
 
     One :func:`allocate` per day grouped by all dimensions at once; each dimension's matrix is a
     fold of it. Totals are the nodes' cost (idle included) — or, with ``team``, that team's
-    attributed spend (and only its rows are causes).
+    attributed spend (and only its rows are causes); ``where`` filters the same way on any
+    dimension (a budget's scope) without making it a cause dimension. ``first_day`` is the calendar
+    date of day 0 (default: ``first_day_start``'s UTC date — pass it when days start at local
+    midnight east of UTC, where that would be the day before).
     """
     if days < 0:
         raise InputError("days must be >= 0", field="days")
+    if team is not None and where is not None:
+        raise InputError("give team or where, not both", field="team")
     dims = tuple(dimensions)
-    if team is not None and "team" not in dims:
-        dims = ("team", *dims)
+    if team is not None:
+        if "team" not in dims:
+            dims = ("team", *dims)
+        where = KeyFilter("team", lambda k: k == team)
+    group = dims if where is None or where.dimension in dims else (*dims, where.dimension)
     per_dim: list[dict[str, dict[int, float]]] = [{} for _ in dims]
     totals = np.zeros(days)
-    t_idx = dims.index("team") if team is not None else -1
+    f_idx = -1 if where is None else group.index(where.dimension)
     for d in range(days):
         ws = first_day_start + 86400.0 * d
-        alloc = allocate(ledger, ws, ws + 86400.0, dims, as_of=as_of)
-        if team is None:
+        alloc = allocate(ledger, ws, ws + 86400.0, group, as_of=as_of)
+        if where is None:
             totals[d] = float(alloc.totals.total_cost_usd)
         for row in alloc.rows:
-            if team is not None and row.key[t_idx] != team:
+            if where is not None and not where.match(row.key[f_idx]):
                 continue
             v = float(row.total_cost_usd)
-            if team is not None:
+            if where is not None:
                 totals[d] += v
-            for i, k in enumerate(row.key):
+            for i in range(len(dims)):
+                k = row.key[i]
                 per_dim[i].setdefault(k, {})
                 per_dim[i][k][d] = per_dim[i][k].get(d, 0.0) + v
     breakdowns = [_breakdown(dim, per_dim[i], days) for i, dim in enumerate(dims)]
-    first = datetime.fromtimestamp(first_day_start, UTC).date()
+    first = first_day if first_day is not None else datetime.fromtimestamp(first_day_start, UTC).date()
     return detect_anomalies(totals, breakdowns, first, config)
 
 

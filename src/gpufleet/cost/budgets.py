@@ -52,6 +52,13 @@ LIMIT_PERCENT: Final = 100.0  # the threshold at which a budget is over (grace c
 # and the simulator's default too.
 DEFAULT_RUNTIME_S: Final = 3600.0
 DAY_S: Final = 86400.0
+# Anomaly alerts: defaults of a budget's threshold (percent above the baseline) and dollar floor, and
+# the ``threshold`` an anomaly alert is stored under — one value, so the store's unique (budget,
+# period start, threshold) makes it exactly once per budget per day (period start = the day's start).
+DEFAULT_ANOMALY_THRESHOLD_PCT: Final = 20.0
+DEFAULT_ANOMALY_FLOOR_USD: Final = 50.0
+ANOMALY_THRESHOLD: Final = -1.0
+ANOMALY_PAYLOAD_KIND: Final = "budget_anomaly"  # the ``kind`` of an anomaly alert's notification payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +221,12 @@ class Budget:
     grace_s: float = 0.0
     channels: tuple[Mapping[str, Any], ...] = ()
     enabled: bool = True
+    # Daily cost-anomaly alerts for the scope (opt-in): a complete day whose spend is more than
+    # ``anomaly_threshold_pct`` % above its rolling 7-day baseline and more than
+    # ``anomaly_floor_usd`` above it in dollars (see :mod:`gpufleet.cost.anomaly`).
+    anomaly_alerts: bool = False
+    anomaly_threshold_pct: float = DEFAULT_ANOMALY_THRESHOLD_PCT
+    anomaly_floor_usd: float = DEFAULT_ANOMALY_FLOOR_USD
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 127:
@@ -236,6 +249,13 @@ class Budget:
             )
         if not (math.isfinite(self.grace_s) and self.grace_s >= 0):
             raise InputError(f"grace_s must be >= 0, got {self.grace_s}", field="grace_s")
+        if not (math.isfinite(self.anomaly_threshold_pct) and self.anomaly_threshold_pct > 0):
+            raise InputError(
+                f"anomaly_threshold_pct must be a positive percentage, got {self.anomaly_threshold_pct}",
+                field="anomaly_threshold_pct",
+            )
+        if not (math.isfinite(self.anomaly_floor_usd) and self.anomaly_floor_usd >= 0):
+            raise InputError(f"anomaly_floor_usd must be >= 0, got {self.anomaly_floor_usd}", field="anomaly_floor_usd")
         percents = [t.percent for t in self.thresholds]
         if len(set(percents)) != len(percents):
             raise InputError("thresholds must be distinct percentages", field="thresholds")
@@ -271,6 +291,9 @@ def make_budget(
     grace_s: float = 0.0,
     channels: Sequence[Mapping[str, Any]] = (),
     enabled: bool = True,
+    anomaly_alerts: bool = False,
+    anomaly_threshold_pct: float = DEFAULT_ANOMALY_THRESHOLD_PCT,
+    anomaly_floor_usd: float = DEFAULT_ANOMALY_FLOOR_USD,
 ) -> Budget:
     """A :class:`Budget` from plain values (API bodies, store rows), errors naming the field
     (``thresholds[1].severity``)."""
@@ -302,6 +325,9 @@ def make_budget(
         grace_s=float(grace_s),
         channels=tuple(dict(c) for c in channels),
         enabled=enabled,
+        anomaly_alerts=bool(anomaly_alerts),
+        anomaly_threshold_pct=float(anomaly_threshold_pct),
+        anomaly_floor_usd=float(anomaly_floor_usd),
     )
 
 
@@ -407,6 +433,23 @@ def alert_message(budget: Budget, threshold: float, spend_usd: float, period: Pe
 def dedup_key(budget_id: str, period_start: float, threshold: float) -> str:
     """One key per crossing (budget, period, threshold): receivers drop repeats by it."""
     return f"gpufleet/budget/{budget_id}/{int(period_start)}/{threshold:g}"
+
+
+def anomaly_dedup_key(budget_id: str, day_start: float) -> str:
+    """One key per anomaly alert (budget, day): receivers drop repeats by it."""
+    return f"gpufleet/budget/{budget_id}/{int(day_start)}/anomaly"
+
+
+def last_complete_day(t: float, timezone: str = "UTC") -> Period:
+    """The last whole local day before instant ``t`` in ``timezone``: ``[yesterday 00:00, today
+    00:00)`` local time (23 or 25 hours long across a daylight-saving change). Anomalies are judged
+    on complete days only: a day still going would always look low."""
+    tz = zone(timezone)
+    today = datetime.fromtimestamp(t, tz).date()
+    yesterday = today - timedelta(days=1)
+    start = datetime(yesterday.year, yesterday.month, yesterday.day, tzinfo=tz)
+    end = datetime(today.year, today.month, today.day, tzinfo=tz)
+    return Period(start.timestamp(), end.timestamp())
 
 
 # -- enforcement ------------------------------------------------------------------------------------

@@ -29,12 +29,17 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from gpufleet.cost.budgets import ANOMALY_PAYLOAD_KIND
 from gpufleet.errors import GpufleetError, InputError
 
 PAGERDUTY_URL: Final = "https://events.pagerduty.com/v2/enqueue"
 DEFAULT_TIMEOUT_S: Final = 10.0
 SECRET_FIELDS: Final = frozenset({"password", "routing_key"})
 _SEVERITY_PD: Final = {"info": "info", "warning": "warning", "critical": "critical"}
+_PD_DETAILS: Final = {
+    False: ("spend_usd", "limit_usd", "percent", "threshold", "period_start"),
+    True: ("spend_usd", "baseline_usd", "increase_usd", "day", "causes", "action", "savings_usd_per_day"),
+}
 _EMOJI: Final = {"info": ":information_source:", "warning": ":warning:", "critical": ":rotating_light:"}
 
 
@@ -182,6 +187,24 @@ def masked(channel: Mapping[str, Any]) -> dict[str, Any]:
 # -- payloads -------------------------------------------------------------------------------------------
 
 
+def is_anomaly(alert: Mapping[str, Any]) -> bool:
+    """A cost-anomaly alert (compared with a baseline, not a limit: formatted on its own terms)."""
+    return alert.get("kind") == ANOMALY_PAYLOAD_KIND
+
+
+def _context(alert: Mapping[str, Any]) -> str:
+    if is_anomaly(alert):
+        return (
+            f"spend ${alert['spend_usd']:,.2f} vs baseline ${alert['baseline_usd']:,.2f} "
+            f"(+${alert['increase_usd']:,.2f}) · day {alert['day']} · key `{alert['dedup_key']}`"
+        )
+    return (
+        f"spend ${alert['spend_usd']:,.2f} of ${alert['limit_usd']:,.2f} "
+        f"({alert['percent']:.1f}%) · period from {alert['period_start']} · "
+        f"key `{alert['dedup_key']}`"
+    )
+
+
 def slack_payload(alert: Mapping[str, Any]) -> dict[str, Any]:
     sev = str(alert.get("severity", "warning"))
     text = f"{_EMOJI.get(sev, '')} [{sev}] {alert['message']}".strip()
@@ -189,19 +212,7 @@ def slack_payload(alert: Mapping[str, Any]) -> dict[str, Any]:
         "text": text,
         "blocks": [
             {"type": "section", "text": {"type": "mrkdwn", "text": text}},
-            {
-                "type": "context",
-                "elements": [
-                    {
-                        "type": "mrkdwn",
-                        "text": (
-                            f"spend ${alert['spend_usd']:,.2f} of ${alert['limit_usd']:,.2f} "
-                            f"({alert['percent']:.1f}%) · period from {alert['period_start']} · "
-                            f"key `{alert['dedup_key']}`"
-                        ),
-                    }
-                ],
-            },
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": _context(alert)}]},
         ],
     }
 
@@ -217,24 +228,35 @@ def pagerduty_payload(alert: Mapping[str, Any], routing_key: str) -> dict[str, A
             "severity": _SEVERITY_PD.get(str(alert.get("severity")), "warning"),
             "component": f"budget/{alert['budget']}",
             "group": str(alert.get("scope", "")),
-            "class": "budget",
-            "custom_details": {k: alert[k] for k in ("spend_usd", "limit_usd", "percent", "threshold", "period_start")},
+            "class": "budget_anomaly" if is_anomaly(alert) else "budget",
+            "custom_details": {k: alert[k] for k in _PD_DETAILS[is_anomaly(alert)] if k in alert},
         },
     }
 
 
 def email_message(alert: Mapping[str, Any], channel: EmailChannel) -> EmailMessage:
     msg = EmailMessage()
-    msg["Subject"] = f"[gpufleet {alert.get('severity', 'warning')}] budget {alert['budget']}: {alert['threshold']:g}%"
+    sev = alert.get("severity", "warning")
+    if is_anomaly(alert):  # the finding itself: the day, who rose most, the change that fixes it
+        msg["Subject"] = f"[gpufleet {sev}] {alert['message']}"
+    else:
+        msg["Subject"] = f"[gpufleet {sev}] budget {alert['budget']}: {alert['threshold']:g}%"
     msg["From"] = channel.from_addr
     msg["To"] = ", ".join(channel.to)
     # a stable Message-ID per crossing: mail clients and gateways thread/drop re-deliveries
     msg["Message-ID"] = f"<{str(alert['dedup_key']).replace('/', '.')}@gpufleet>"
     msg["X-Gpufleet-Dedup-Key"] = str(alert["dedup_key"])
-    msg.set_content(
-        f"{alert['message']}\n\nspend: ${alert['spend_usd']:,.2f}\nlimit: ${alert['limit_usd']:,.2f}\n"
-        f"percent: {alert['percent']:.1f}%\nperiod start: {alert['period_start']}\n"
-    )
+    if is_anomaly(alert):
+        msg.set_content(
+            f"{alert['message']}\n\nday: {alert['day']} (from {alert['period_start']})\n"
+            f"spend: ${alert['spend_usd']:,.2f}\nbaseline: ${alert['baseline_usd']:,.2f}\n"
+            f"increase: ${alert['increase_usd']:,.2f}\nsaves: ${alert['savings_usd_per_day']:,.2f}/day\n"
+        )
+    else:
+        msg.set_content(
+            f"{alert['message']}\n\nspend: ${alert['spend_usd']:,.2f}\nlimit: ${alert['limit_usd']:,.2f}\n"
+            f"percent: {alert['percent']:.1f}%\nperiod start: {alert['period_start']}\n"
+        )
     return msg
 
 

@@ -21,22 +21,29 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Final, cast
 
 from sqlalchemy import CursorResult, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from gpufleet.cost.anomaly import Anomaly, AnomalyConfig, KeyFilter, scan_ledger
 from gpufleet.cost.budgets import (
+    ANOMALY_PAYLOAD_KIND,
+    ANOMALY_THRESHOLD,
+    DAY_S,
     LIMIT_PERCENT,
     Budget,
     Period,
     Scope,
     alert_message,
+    anomaly_dedup_key,
     dedup_key,
     estimate_job_cost,
     iso,
     make_budget,
+    zone,
 )
 from gpufleet.cost.ledger import allocate
 from gpufleet.errors import ConflictError, NotFoundError
@@ -47,6 +54,11 @@ from gpufleet.store.models import BudgetAlertRow, BudgetRow, JobRow, NodeRow, No
 # so far by the ledger, the rest estimated).
 UNFINISHED_STATES: Final = ("PENDING", "ADMITTED", "RUNNING", "PREEMPTED")
 _ID_ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz234567"
+ANOMALY_KIND: Final = "anomaly"  # BudgetAlertRow.kind of an anomaly alert
+ANOMALY_SEVERITY: Final = "warning"
+# Days of history an anomaly check loads: enough for the 21 days before a day is judged and three
+# earlier same weekdays for its day-of-week factor, without loading months of ledger once a day.
+ANOMALY_HISTORY_DAYS: Final = 35
 
 
 def _new_id() -> str:
@@ -73,6 +85,9 @@ def budget_of(row: BudgetRow) -> Budget:
         grace_s=row.grace_s,
         channels=row.channels or [],
         enabled=row.enabled,
+        anomaly_alerts=row.anomaly_alerts,
+        anomaly_threshold_pct=row.anomaly_threshold_pct,
+        anomaly_floor_usd=row.anomaly_floor_usd,
     )
 
 
@@ -92,6 +107,9 @@ def _values(b: Budget) -> dict[str, Any]:
         "grace_s": b.grace_s,
         "channels": [dict(c) for c in b.channels],
         "enabled": b.enabled,
+        "anomaly_alerts": b.anomaly_alerts,
+        "anomaly_threshold_pct": b.anomaly_threshold_pct,
+        "anomaly_floor_usd": b.anomaly_floor_usd,
     }
 
 
@@ -203,13 +221,21 @@ def insert_alert(
         "limit_usd": budget.limit_usd,
         "details": {"dedup_key": payload["dedup_key"], "message": payload["message"]},
     }
+    return _insert_once(s, budget, values, payload if notify else None, now)
+
+
+def _insert_once(
+    s: Session, budget: Budget, values: Mapping[str, Any], payload: Mapping[str, Any] | None, now: float
+) -> BudgetAlertRow | None:
+    """Insert an alert row unless its (budget, period start, threshold) is taken (None then); the
+    winner queues ``payload`` to each of the budget's channels in the same transaction."""
     stmt = repo._insert(s)(BudgetAlertRow).on_conflict_do_nothing(  # type: ignore[attr-defined]
         index_elements=["budget_id", "period_start", "threshold"]
     )
-    alert_id = s.execute(stmt.returning(BudgetAlertRow.id), values).scalar_one_or_none()
+    alert_id = s.execute(stmt.returning(BudgetAlertRow.id), dict(values)).scalar_one_or_none()
     if alert_id is None:
         return None
-    if notify and budget.channels:
+    if payload is not None and budget.channels:
         s.execute(
             repo._insert(s)(NotificationRow),
             [
@@ -217,7 +243,7 @@ def insert_alert(
                     "alert_id": alert_id,
                     "channel_index": i,
                     "channel": dict(ch),
-                    "payload": payload,
+                    "payload": dict(payload),
                     "status": "pending",
                     "attempts": 0,
                     "next_attempt_at": now,
@@ -227,6 +253,74 @@ def insert_alert(
             ],
         )
     return s.get(BudgetAlertRow, alert_id)
+
+
+def anomaly_payload(budget: Budget, day: Period, anomaly: Anomaly, now: float) -> dict[str, Any]:
+    """An anomaly alert as every channel formats it: ``message`` (the finding's own sentence: the
+    day's spend against its baseline, the jobs and teams whose spend rose most, and the change that
+    brings it back) is the Slack text, the email subject and body, and the PagerDuty summary."""
+    return {
+        "kind": ANOMALY_PAYLOAD_KIND,
+        "budget_id": budget.id,
+        "budget": budget.name,
+        "scope": str(budget.scope),
+        "period": "daily",
+        "day": anomaly.day.isoformat(),
+        "period_start": iso(day.start),
+        "period_end": iso(day.end),
+        "threshold": budget.anomaly_threshold_pct,
+        "floor_usd": budget.anomaly_floor_usd,
+        "severity": ANOMALY_SEVERITY,
+        "spend_usd": round(anomaly.spend_usd, 2),
+        "baseline_usd": round(anomaly.baseline_usd, 2),
+        "limit_usd": round(anomaly.baseline_usd, 2),  # what the day is compared with
+        "increase_usd": round(anomaly.increase_usd, 2),
+        "percent": round(anomaly.spend_usd / anomaly.baseline_usd * 100.0, 2) if anomaly.baseline_usd > 0 else None,
+        "causes": [
+            {
+                "dimension": c.dimension,
+                "key": c.key,
+                "spend_usd": round(c.spend_usd, 2),
+                "baseline_usd": round(c.baseline_usd, 2),
+                "increase_usd": round(c.increase_usd, 2),
+                "share_of_increase": round(c.share_of_increase, 4),
+            }
+            for c in anomaly.causes
+        ],
+        "action": anomaly.action,
+        "savings_usd_per_day": round(anomaly.savings_usd_per_day, 2),
+        "fired_at": iso(now),
+        "dedup_key": anomaly_dedup_key(budget.id, day.start),
+        "message": f"budget '{budget.name}' ({budget.scope}) cost anomaly: {anomaly.message}",
+    }
+
+
+def insert_anomaly_alert(
+    s: Session, budget: Budget, day: Period, anomaly: Anomaly, *, now: float
+) -> BudgetAlertRow | None:
+    """Record an anomaly of ``budget``'s scope on ``day`` (None if that day already has one) and
+    queue it to the budget's channels. Stored with ``threshold`` = :data:`ANOMALY_THRESHOLD` and
+    ``period_start`` = the day's start, so the unique constraint fires it once per budget per day
+    whoever evaluates; ``limit_usd`` holds the baseline the day was judged against."""
+    payload = anomaly_payload(budget, day, anomaly, now)
+    values = {
+        "budget_id": budget.id,
+        "period_start": day.start,
+        "threshold": ANOMALY_THRESHOLD,
+        "severity": ANOMALY_SEVERITY,
+        "kind": ANOMALY_KIND,
+        "fired_at": now,
+        "spend_usd": anomaly.spend_usd,
+        "limit_usd": anomaly.baseline_usd,
+        "details": {
+            "dedup_key": payload["dedup_key"],
+            "message": payload["message"],
+            "causes": payload["causes"],
+            "action": anomaly.action,
+            "savings_usd_per_day": payload["savings_usd_per_day"],
+        },
+    }
+    return _insert_once(s, budget, values, payload, now)
 
 
 def alerts_of(s: Session, budget_id: str, period_start: float | None = None) -> list[BudgetAlertRow]:
@@ -315,6 +409,34 @@ def scope_spend(s: Session, scope: Scope, start: float, end: float, now: float) 
     ledger = repo.load_ledger(s, start, cut, now)
     alloc = allocate(ledger, start, cut, (scope.aggregate,), as_of=cut)
     return float(sum(r.total_cost_usd for r in alloc.rows if scope.matches_key(r.key[0])))
+
+
+def scope_anomaly(
+    s: Session, budget: Budget, day: Period, now: float, *, history_days: int = ANOMALY_HISTORY_DAYS
+) -> Anomaly | None:
+    """The cost anomaly of ``budget``'s scope on ``day`` (a complete local day), if it had one.
+
+    The scope's attributed spend is filtered exactly as :func:`scope_spend` does it (its ledger
+    aggregate and key; idle capacity not charged), day by day over the ``history_days`` ending with
+    ``day`` — whatever the budget's period, since a baseline needs the days before a period starts
+    too — and judged by :func:`~gpufleet.cost.anomaly.scan_ledger` with the budget's threshold and
+    dollar floor. Earlier days are 24-hour steps back from ``day``'s local midnight (an hour off
+    across a daylight-saving change, which the 7-day mean barely feels); ``day`` itself ends at its
+    real end."""
+    first = day.start - DAY_S * (history_days - 1)
+    ledger = repo.load_ledger(s, first, day.start + DAY_S, now)
+    cfg = AnomalyConfig(threshold=budget.anomaly_threshold_pct / 100.0, min_increase_usd=budget.anomaly_floor_usd)
+    local_day = datetime.fromtimestamp(day.start, zone(budget.timezone)).date()
+    found = scan_ledger(
+        ledger,
+        first_day_start=first,
+        days=history_days,
+        config=cfg,
+        as_of=min(now, day.end),
+        where=KeyFilter(budget.scope.aggregate, budget.scope.matches_key),
+        first_day=local_day - timedelta(days=history_days - 1),
+    )
+    return next((a for a in found if a.day_index == history_days - 1), None)
 
 
 def job_spend(s: Session, job: JobRow, now: float) -> float:

@@ -28,6 +28,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -294,6 +295,11 @@ class BudgetRow(Base):
     grace_s: Mapped[float] = mapped_column(Float, default=0.0)  # block/throttle only after this long over
     channels: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [{"type": "webhook", "url": ...}, ...]
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    # daily cost-anomaly alerts for the scope (migration 0003): opt-in, threshold in percent above
+    # the baseline and a dollar floor on the increase
+    anomaly_alerts: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    anomaly_threshold_pct: Mapped[float] = mapped_column(Float, default=20.0, server_default="20")
+    anomaly_floor_usd: Mapped[float] = mapped_column(Float, default=50.0, server_default="50")
     created_by: Mapped[str | None] = mapped_column(String(32), default=None)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
@@ -308,7 +314,7 @@ class BudgetAlertRow(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     budget_id: Mapped[str] = mapped_column(ForeignKey("budgets.id", ondelete="CASCADE"))
     period_start: Mapped[float] = mapped_column(Float)
-    threshold: Mapped[float] = mapped_column(Float)  # percent
+    threshold: Mapped[float] = mapped_column(Float)  # percent; -1 for an anomaly (one per budget and day)
     severity: Mapped[str] = mapped_column(String(16), default="warning")
     kind: Mapped[str] = mapped_column(String(32), default="threshold")  # threshold | anomaly | job-limit
     fired_at: Mapped[float] = mapped_column(Float)

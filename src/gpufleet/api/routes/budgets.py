@@ -54,6 +54,9 @@ def _budget(body: BudgetIn, id: str = "") -> Budget:
             throttle=None if body.throttle is None else body.throttle.model_dump(),
             grace_s=body.grace_s,
             channels=body.channels,
+            anomaly_alerts=body.anomaly_alerts,
+            anomaly_threshold_pct=body.anomaly_threshold_pct,
+            anomaly_floor_usd=body.anomaly_floor_usd,
         )
 
 
@@ -74,6 +77,9 @@ def budget_out(row: BudgetRow) -> BudgetOut:
         grace_s=b.grace_s,
         channels=[masked(c) for c in b.channels],
         enabled=row.enabled,
+        anomaly_alerts=b.anomaly_alerts,
+        anomaly_threshold_pct=b.anomaly_threshold_pct,
+        anomaly_floor_usd=b.anomaly_floor_usd,
         created_at=datetime.fromtimestamp(row.created_at, UTC),
         updated_at=datetime.fromtimestamp(row.updated_at, UTC),
     )
