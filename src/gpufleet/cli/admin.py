@@ -22,7 +22,7 @@ from gpufleet.cli.render import (
     tokens_table,
     usage_table,
 )
-from gpufleet.sdk.client import NotFound
+from gpufleet.sdk.errors import NotFound
 from gpufleet.wire import Role, TeamIn
 
 team_app = typer.Typer(help="Teams: quotas per GPU model, fair-share weight, cohorts.", no_args_is_help=True)

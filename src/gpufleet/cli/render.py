@@ -40,7 +40,7 @@ from gpufleet.errors import (
     PermissionDeniedError,
     StoreError,
 )
-from gpufleet.sdk.client import ServerUnavailable, WaitTimeout
+from gpufleet.sdk.errors import ServerUnavailable, WaitTimeout
 from gpufleet.wire import (
     CostLineOut,
     JobEventOut,

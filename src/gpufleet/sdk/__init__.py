@@ -9,11 +9,10 @@ URL and token come from the arguments, else ``$GPUFLEET_URL`` / ``$GPUFLEET_TOKE
 server's home (see :mod:`gpufleet.sdk.config`).
 """
 
-from gpufleet.sdk.client import (
+from gpufleet.sdk.client import AsyncClient, Client
+from gpufleet.sdk.errors import (
     ApiError,
     ApiUnavailable,
-    AsyncClient,
-    Client,
     Conflict,
     Forbidden,
     InvalidRequest,
