@@ -25,6 +25,11 @@ def format_validation_error(err: ValidationError, source: str) -> ConfigError:
 
 def read_yaml(path: Path, source: str | None = None) -> Any:
     """A YAML file's document (``{}`` when empty), or a :class:`ConfigError` naming the file and line."""
+    return read_yaml_text(path, source)[0]
+
+
+def read_yaml_text(path: Path, source: str | None = None) -> tuple[Any, str]:
+    """A YAML file's document and its text (to find a field's line in later errors)."""
     source = source or str(path)
     try:
         text = path.read_text()
@@ -39,7 +44,7 @@ def read_yaml(path: Path, source: str | None = None) -> Any:
             source=source,
             line=None if mark is None else mark.line + 1,
         ) from None
-    return loaded if loaded is not None else {}
+    return (loaded if loaded is not None else {}), text
 
 
 def load_model(model: type[M], data: Mapping[str, Any] | str | Path, *, source: str, section: str, what: str) -> M:

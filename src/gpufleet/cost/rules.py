@@ -57,6 +57,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpufleet.config import read_yaml_text
 from gpufleet.errors import ConfigError
 from gpufleet.model.gpu import GPU_MODELS, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES
@@ -402,22 +403,8 @@ def load_rules(data: Mapping[str, Any] | str | Path, *, source: str | None = Non
     text: str | None = None
     prefix: list[str | int] = []
     if isinstance(data, str | Path):
-        path = Path(data)
-        source = source or str(path)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise ConfigError(f"cannot read: {e.strerror}", source=source) from None
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            raise ConfigError(
-                f"not valid YAML: {getattr(e, 'problem', e)}",
-                source=source,
-                line=None if mark is None else mark.line + 1,
-            ) from None
-        data = loaded if loaded is not None else {}
+        source = source or str(data)
+        data, text = read_yaml_text(Path(data), source)
         if isinstance(data, dict) and isinstance(data.get(SECTION), dict):
             data, prefix = data[SECTION], [SECTION]
     source = source or "pricing rules"
