@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ class ApiContext:
     ready: Callable[[], bool] = _always_ready
     auth_cache_s: float = 5.0
     log_poll_s: float = 0.2
-    worker_threads: int = int(os.environ.get("GPUFLEET_API_THREADS", "8"))
+    worker_threads: int = 8
     pricing_rules: PricingRules | None = None  # the server's pricing rules (usage reports apply them)
 
     def log_path(self, job_id: str) -> Path:
