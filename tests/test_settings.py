@@ -98,3 +98,16 @@ def test_seed_teams_from_settings(tmp_path: Path) -> None:
     assert q["nlp"].cohort == "lab" and q["nlp"].borrowing_limit_milli == 2000 and q["nlp"].weight == 2
     assert "default" in q
     db.dispose()
+
+
+def test_a_taken_port_is_one_clear_error() -> None:
+    import socket
+
+    from gpufleet.control.server import check_port
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            check_port("127.0.0.1", port)

@@ -28,7 +28,7 @@ def up(
     ] = None,
 ) -> None:
     """Start the API server and the scheduler on this machine (SQLite + local GPUs by default)."""
-    from gpufleet.control.server import build_server
+    from gpufleet.control.server import build_server, check_port
     from gpufleet.control.settings import load_settings
 
     settings = load_settings(
@@ -44,6 +44,7 @@ def up(
     )
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
+    check_port(settings.host, settings.port)  # before anything starts or is written
     server = build_server(settings)
     nodes = server.controller.backend.inventory()
     gpu_desc = ", ".join(f"{n.name}: {n.gpu_count}x{n.gpu_model or 'no GPU'}" for n in nodes) or "none"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from gpufleet.clock import WallClock
 from gpufleet.control.controller import Controller, ControllerConfig
 from gpufleet.control.settings import Settings
 from gpufleet.cost.rules import rules_from_setting
+from gpufleet.errors import ConfigError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.sdk.config import write_private_file
 from gpufleet.store import repo
@@ -71,6 +73,7 @@ class Server:
             "access_log": False,
             "timeout_graceful_shutdown": 5,
         }
+        check_port(self.settings.host, self.settings.port)
         self.controller.start()
         try:
             if workers <= 1:
@@ -84,6 +87,17 @@ class Server:
 
 
 SETTINGS_ENV = "GPUFLEET_WORKER_SETTINGS"
+
+
+def check_port(host: str, port: int) -> None:
+    """Fail with one clear line before anything starts when the address is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}", field="port") from None
 
 
 def worker_app() -> FastAPI:
