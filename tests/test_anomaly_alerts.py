@@ -130,6 +130,9 @@ def test_a_spike_alerts_once_naming_the_job_and_team(db: Database) -> None:
         assert row.spend_usd == pytest.approx(180.0) and row.limit_usd == pytest.approx(100.0, abs=0.01)
         assert row.details["message"] == msg and row.details["savings_usd_per_day"] == pytest.approx(SPIKE_USD)
         assert {n.status for n in budgets_repo.notifications_of(s, [row.id])} == {"sent"}
+        # a period's alerts (what `budget show` lists) include the anomaly days inside it
+        assert [a.id for a in budgets_repo.alerts_of(s, bid, TODAY - 7 * DAY_S, TODAY)] == [row.id]
+        assert budgets_repo.alerts_of(s, bid, TODAY, TODAY + DAY_S) == []
 
 
 def test_steady_spend_raises_nothing(db: Database) -> None:

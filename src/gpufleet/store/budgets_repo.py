@@ -323,9 +323,15 @@ def insert_anomaly_alert(
     return _insert_once(s, budget, values, payload, now)
 
 
-def alerts_of(s: Session, budget_id: str, period_start: float | None = None) -> list[BudgetAlertRow]:
+def alerts_of(
+    s: Session, budget_id: str, period_start: float | None = None, period_end: float | None = None
+) -> list[BudgetAlertRow]:
+    """A budget's alerts; with ``period_start`` only that period's: its threshold alerts (keyed by
+    the period's start) and, with ``period_end``, the anomaly alerts of the days inside it."""
     q = select(BudgetAlertRow).where(BudgetAlertRow.budget_id == budget_id)
-    if period_start is not None:
+    if period_start is not None and period_end is not None:
+        q = q.where(BudgetAlertRow.period_start >= period_start, BudgetAlertRow.period_start < period_end)
+    elif period_start is not None:
         q = q.where(BudgetAlertRow.period_start == period_start)
     return list(s.scalars(q.order_by(BudgetAlertRow.period_start, BudgetAlertRow.threshold)))
 

@@ -201,7 +201,7 @@ def _status(s: Session, row: BudgetRow, now: float) -> BudgetStatusOut:
     status = budget_status(b, period, budgets_repo.scope_spend(s, b.scope, period.start, period.end, now), now)
     in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now)
     committed = budgets_repo.committed_spend(s, b.scope, period, now)
-    alerts = budgets_repo.alerts_of(s, b.id, period.start)
+    alerts = budgets_repo.alerts_of(s, b.id, period.start, period.end)
     sent: dict[int, Counter[str]] = {}
     for n in budgets_repo.notifications_of(s, (a.id for a in alerts)):
         sent.setdefault(n.alert_id, Counter())[n.status] += 1
