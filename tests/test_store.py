@@ -41,7 +41,7 @@ from gpufleet.store.models import Base, JobRow, Token
 
 
 
-HEAD = "0003"  # the newest migration
+HEAD = "0004"  # the newest migration
 
 def submit(
     db: Database,

@@ -48,6 +48,9 @@ class Team(Base):
     cohort: Mapped[str | None] = mapped_column(String(63), default=None)
     borrowing_limit_milli: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[float] = mapped_column(Float)
+    run_as: Mapped[str | None] = mapped_column(String(32), default=None)  # Unix account of its jobs
+    # priority classes its members may use; None: the default grant (up to "normal")
+    priority_classes: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
 
 
 class QuotaRow(Base):
@@ -73,6 +76,7 @@ class Token(Base):
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float | None] = mapped_column(Float, default=None)
     revoked_at: Mapped[float | None] = mapped_column(Float, default=None)
+    run_as: Mapped[str | None] = mapped_column(String(32), default=None)  # wins over the team's
 
 
 class JobRow(Base):
@@ -123,6 +127,7 @@ class JobRow(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     updated_at: Mapped[float] = mapped_column(Float)
     budget_usd: Mapped[float | None] = mapped_column(Float, default=None)  # the job's own cost limit
+    run_as: Mapped[str | None] = mapped_column(String(32), default=None)  # Unix account; None: the server's
 
 
 class JobEventRow(Base):
