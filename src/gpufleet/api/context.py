@@ -29,6 +29,8 @@ class ApiContext:
       revoked token keeps working on other replicas for at most this long);
     - ``log_poll_s``: how often a followed log is polled for new bytes;
     - ``pricing_rules``: the server's pricing rules (time-of-day, priority, reservations, on-prem);
+    - ``max_body_bytes``, ``run_as_required``, ``single_team``: the shared-server safety settings
+      (see the README's security model);
     - ``worker_threads``: threads that run blocking endpoint code (store transactions). Few: the
       GIL runs one at a time anyway, and many threads only contend for it and for the store.
     """
@@ -42,6 +44,12 @@ class ApiContext:
     log_poll_s: float = 0.2
     worker_threads: int = 8
     pricing_rules: PricingRules | None = None  # the server's pricing rules (usage reports apply them)
+    max_body_bytes: int = 1024 * 1024  # a larger request body gets a 413 problem
+    # Jobs must name a Unix account (token's or team's run_as): the server does not run jobs as itself.
+    run_as_required: bool = False
+    # The server cannot switch accounts (not root) and was not opted in to run several teams' jobs
+    # as itself: it hosts one team only (creating a second one is refused with the reason).
+    single_team: bool = False
 
     def log_path(self, job_id: str) -> Path:
         return self.logs_dir / f"{job_id}.log"

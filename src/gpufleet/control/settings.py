@@ -41,6 +41,15 @@ class Settings(BaseSettings):
     telemetry_interval_s: float = Field(10.0, gt=0)
     budget_interval_s: float = Field(10.0, gt=0)  # budgets evaluated and alerts dispatched this often
     single_user: bool = True  # create an admin token in <home>/admin.token on first start
+    # Run jobs that have no Unix account (see `gpufleet team set --run-as`) as the server's own user,
+    # root included. Only for a single-user machine (a laptop, `make run`): such jobs can read the
+    # store and the admin token. Off: a job runs only as its owner's account (the server must be root).
+    jobs_as_server: bool = False
+    # Where jobs' own files live (per-team folders of per-job folders holding checkpoints and the
+    # progress file, owned by the job's account). None: <home>/jobs for a non-root server (whose
+    # jobs run as itself), /var/lib/gpufleet-jobs for root (GPUFLEET_HOME is 0700: jobs cannot enter).
+    job_root: Path | None = None
+    max_body_bytes: int = Field(1024 * 1024, ge=1024, le=1024 * 1024 * 1024)  # larger requests get a 413
     replica: str | None = None  # this replica's name (default: host:pid)
     api_workers: int = Field(1, ge=1, le=64)  # >1: API worker processes; the controller in the main one
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$")
