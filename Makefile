@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/gpufleet up $(if $(GPUS),--gpus $(GPUS))
+	$(BIN)/gpufleet up --jobs-as-server $(if $(GPUS),--gpus $(GPUS))
 
 simulate: $(STAMP)
 	$(BIN)/gpufleet simulate --trace openb --elastic --report reports/openb-default.html

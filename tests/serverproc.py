@@ -51,6 +51,8 @@ class ServerProcess:
             "telemetry_interval_s": 5.0,
             "node_price_usd_per_hour": 32.0,
             "log_level": "warning",
+            "jobs_as_server": True,  # CI runs as root; the escape suite sets False and real accounts
+            "job_root": str(home.parent / f"{home.name}-jobs"),
             **(settings or {}),
         }
         self.proc: subprocess.Popen[bytes] | None = None

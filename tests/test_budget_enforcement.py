@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.local import LocalBackend
 from gpufleet.control.controller import Controller, ControllerConfig
 from gpufleet.control.leader import FileLeadership
@@ -22,6 +23,8 @@ from gpufleet.store.models import JobRow
 from tests.budget_support import add_node, add_spend
 
 NODE_USD = 360.0  # $180 per GPU-hour on the 2-GPU node: 5 cents a GPU-second, so limits are reached fast
+
+SINGLE_USER = AccountPolicy(jobs_as_server=True)  # CI runs as root: jobs run as the test's own user
 
 
 @dataclass
@@ -80,7 +83,9 @@ class World:
 def world(tmp_path: Path) -> Iterator[World]:
     db = Database(f"sqlite:///{tmp_path / 'g.db'}")
     db.upgrade()
-    backend = LocalBackend(tmp_path / "home", gpus="2xA100-80GB", use_nvml=False)
+    backend = LocalBackend(
+        tmp_path / "home", gpus="2xA100-80GB", use_nvml=False, policy=SINGLE_USER, job_root=tmp_path / "jobs"
+    )
     cfg = ControllerConfig(
         poll_interval_s=0.05, cycle_interval_s=0.2, grace_s=2.0, node_price_usd_per_hour=NODE_USD, budget_interval_s=0.2
     )

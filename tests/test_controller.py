@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.base import LaunchRequest
 from gpufleet.backends.local import LocalBackend
 from gpufleet.control.controller import Controller, ControllerConfig
@@ -20,6 +21,8 @@ from gpufleet.store import repo
 from gpufleet.store.convert import placement_to_json
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobProgressRow, JobRow, UsageSegmentRow
+
+SINGLE_USER = AccountPolicy(jobs_as_server=True)  # CI runs as root: jobs run as the test's own user
 
 
 @dataclass
@@ -60,7 +63,9 @@ class World:
     def restart(self) -> None:
         """A new controller and backend on the same store and state: what a restart after SIGKILL sees."""
         self.ctl.leadership.release()
-        self.backend = LocalBackend(self.tmp / "home", gpus="2xA100-80GB", use_nvml=False)
+        self.backend = LocalBackend(
+            self.tmp / "home", gpus="2xA100-80GB", use_nvml=False, policy=SINGLE_USER, job_root=self.tmp / "jobs"
+        )
         self.ctl = make_controller(self.tmp, self.db, self.backend)
 
 
@@ -75,7 +80,9 @@ def make_controller(tmp: Path, db: Database, backend: LocalBackend) -> Controlle
 def world(tmp_path: Path) -> Iterator[World]:
     db = Database(f"sqlite:///{tmp_path / 'g.db'}")
     db.upgrade()
-    backend = LocalBackend(tmp_path / "home", gpus="2xA100-80GB", use_nvml=False)
+    backend = LocalBackend(
+        tmp_path / "home", gpus="2xA100-80GB", use_nvml=False, policy=SINGLE_USER, job_root=tmp_path / "jobs"
+    )
     w = World(tmp_path, db, backend, make_controller(tmp_path, db, backend))
     yield w
     w.ctl.leadership.release()

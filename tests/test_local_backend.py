@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.backends import shim
+from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.base import (
     Backend,
     BackendEvent,
@@ -32,6 +33,8 @@ from gpufleet.model.node import SharingMode
 NODE = "n1"
 MakeBackend = Callable[..., LocalBackend]
 
+SINGLE_USER = AccountPolicy(jobs_as_server=True)  # CI runs as root: jobs run as the test's own user
+
 
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
@@ -46,6 +49,8 @@ def make_backend(state_dir: Path) -> Iterator[MakeBackend]:
         kw.setdefault("node_name", NODE)
         kw.setdefault("gpus", "2xA100-80GB")
         kw.setdefault("use_nvml", False)
+        kw.setdefault("policy", SINGLE_USER)
+        kw.setdefault("job_root", state_dir.parent / "jobs")
         return LocalBackend(state_dir, **kw)  # type: ignore[arg-type]
 
     yield make
@@ -124,7 +129,7 @@ def test_is_a_backend_with_declared_inventory(make_backend: MakeBackend) -> None
 
 
 def test_no_driver_and_no_declaration_means_no_gpus(state_dir: Path) -> None:
-    b = LocalBackend(state_dir)  # NVML is tried; this machine has no driver (or a real one)
+    b = LocalBackend(state_dir, policy=SINGLE_USER)  # NVML is tried; this machine has no driver (or a real one)
     [node] = b.inventory()
     assert node.cpu_milli >= 1000 and node.memory_mib > 0 and node.name
     if b.gpu_source == "none":
@@ -294,7 +299,7 @@ def test_graceful_stop_lets_the_job_checkpoint(backend: LocalBackend, tmp_path: 
     backend.stop("graceful", 1, "preempted by job x", grace_s=5)
     [ev] = wait_events(backend)
     assert (ev.kind, ev.exit_code, ev.reason) == (EventKind.STOPPED, 143, "preempted by job x")
-    assert (backend.state_dir / "checkpoints" / "graceful" / "ckpt").read_text() == "saved\n"
+    assert (backend.job_root / "default" / "graceful" / "checkpoints" / "ckpt").read_text() == "saved\n"
     assert ev.ended_at is not None and ev.ended_at - ev.time < 0.01
 
 
@@ -394,7 +399,8 @@ import json, sys
 from pathlib import Path
 from gpufleet.backends.local import LocalBackend
 from gpufleet.backends.base import LaunchRequest
-b = LocalBackend(Path(sys.argv[1]), node_name="n1", gpus="0", use_nvml=False)
+from gpufleet.backends.accounts import AccountPolicy
+b = LocalBackend(Path(sys.argv[1]), node_name="n1", gpus="0", use_nvml=False, policy=AccountPolicy(True))
 for job_id, script in json.loads(sys.argv[2]).items():
     b.launch(LaunchRequest(job_id, 1, ["sh", "-c", script], ()))
 print("launched", flush=True)

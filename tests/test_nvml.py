@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.base import BackendEvent, Capability, LaunchRequest
 from gpufleet.backends.local import LocalBackend
 from gpufleet.errors import BackendError
@@ -20,6 +21,8 @@ from gpufleet.model.node import SharingMode
 from gpufleet.telemetry.nvml import Nvml, map_nvml_name, mig_profile_from_name, placement_mask
 
 GIB = 1024**3
+
+SINGLE_USER = AccountPolicy(jobs_as_server=True)  # CI runs as root: jobs run as the test's own user
 
 
 @pytest.mark.parametrize(
@@ -96,7 +99,7 @@ def test_failed_init_is_unavailable() -> None:
 
 
 def test_backend_falls_back_to_declared_gpus(tmp_path: Path) -> None:
-    b = LocalBackend(tmp_path, node_name="n", gpus="4xL4")
+    b = LocalBackend(tmp_path, node_name="n", gpus="4xL4", policy=SINGLE_USER, job_root=tmp_path / "jobs")
     [node] = b.inventory()
     assert (node.gpu_model, node.gpu_count, b.gpu_source) == ("L4", 4, "declared")
     if not Nvml().available:
@@ -198,7 +201,7 @@ def test_nvml_samples_fold_mig_processes_and_survive_unsupported_calls() -> None
 
 
 def test_backend_on_nvml_gpus(tmp_path: Path) -> None:
-    b = LocalBackend(tmp_path, node_name="n", nvml_lib=fake_pynvml())
+    b = LocalBackend(tmp_path, node_name="n", nvml_lib=fake_pynvml(), policy=SINGLE_USER, job_root=tmp_path / "jobs")
     [node] = b.inventory()
     assert (node.gpu_model, node.gpu_count, node.sharing, b.gpu_source) == ("A100-80GB", 2, SharingMode.MIG, "nvml")
     assert Capability.MIG in b.capabilities
@@ -221,7 +224,9 @@ def test_backend_on_nvml_gpus(tmp_path: Path) -> None:
 def test_telemetry_maps_gpu_processes_to_jobs(tmp_path: Path) -> None:
     """The job's process and its grandchild are found through the shim's session."""
     procs: dict[Any, list[tuple[int, int]]] = {}
-    b = LocalBackend(tmp_path, node_name="n", nvml_lib=fake_pynvml(procs))
+    b = LocalBackend(
+        tmp_path, node_name="n", nvml_lib=fake_pynvml(procs), policy=SINGLE_USER, job_root=tmp_path / "jobs"
+    )
     ready = tmp_path / "grandchild"
     script = f"sleep 5 & echo $! > {ready}; wait"
     h = b.launch(LaunchRequest("train", 1, ["sh", "-c", script], (PodPlacement("n", (0,)),)))

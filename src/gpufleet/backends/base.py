@@ -12,6 +12,8 @@ process's own wall time even when the controller was down when it started or end
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -28,6 +30,9 @@ class Capability(StrEnum):
     PREEMPTION = "preemption"
     MULTI_NODE = "multi-node"
     AUTOSCALING = "autoscaling"
+    RUN_AS = "run-as"  # jobs run as their owners' accounts, not as the server
+    RESOURCE_LIMITS = "resource-limits"  # the kernel enforces a job's CPU and memory request (cgroups)
+    DEVICE_ISOLATION = "device-isolation"  # the kernel denies a job the GPUs it was not given
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,10 @@ class LaunchRequest:
     restart_count: int = 0
     max_runtime_s: float | None = None  # the backend enforces it (SIGTERM, grace, SIGKILL)
     grace_s: float = 30.0  # grace used when max runtime is reached
+    team: str = "default"  # the owning team (its jobs' files live in a folder of the team's)
+    run_as: str | None = None  # the Unix account to run as; None: the server's own (single-user only)
+    cpu_milli: int = 0  # the request, enforced where the backend can (0: no limit)
+    memory_mib: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +140,22 @@ class Backend(Protocol):
     def telemetry(self) -> list[GpuSample]: ...
 
     def close(self) -> None: ...
+
+
+def read_job_file(path: os.PathLike[str] | str, offset: int, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes from ``offset`` of a file a job owns, or None if it cannot be read.
+
+    The job controls the path's last component: a symbolic link is not followed and only a
+    regular file is read, so a job cannot make the server read something else for it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.pread(fd, limit, offset)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

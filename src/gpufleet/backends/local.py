@@ -16,6 +16,13 @@ after writing ``status.json``. Hence, for any run:
 - neither, but ``pid.json`` exists → it started and its shim vanished (LOST): anything of it still
   running is killed, and it is never started again under the same run number;
 - neither and no ``pid.json`` → it never started: a launch may start it.
+
+Ownership (a shared server, see the README's security model): everything under ``state_dir`` is the
+server's (folders 0700, files 0600): the store, the admin token, the run directories, the logs.
+A job runs as its owner's Unix account (:mod:`gpufleet.backends.accounts`) with an environment
+built from nothing, and may write only its own folder ``<job_root>/<team>/<job_id>/`` (0700, owned
+by its account: its checkpoints and progress file) and whatever its account may write anyway.
+Where cgroup v2 is usable, each run gets a cgroup with its CPU and memory request as limits.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -41,7 +49,8 @@ from typing import Any
 import psutil
 
 import gpufleet
-from gpufleet.backends import shim
+from gpufleet.backends import cgroups, shim
+from gpufleet.backends.accounts import Account, AccountPolicy, job_environment
 from gpufleet.backends.base import (
     BackendEvent,
     Capabilities,
@@ -66,10 +75,9 @@ MIB = 1024 * 1024
 START_TIMEOUT_S = 10.0  # how long launch waits for the shim to report the command's pid
 ADOPT_TIMEOUT_S = 2.0  # how long recover waits for a just-started shim's pid.json
 _WAIT_STEP_S = 0.005
+_TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
-# Variables of the server's own environment a job must not inherit: our settings (which may hold
-# secrets such as a database URL) and GPU selection, which only the placement decides.
-_CUDA_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "NVIDIA_VISIBLE_DEVICES")
+ROOT_JOB_ROOT = Path("/var/lib/gpufleet-jobs")  # job folders of a root server (its home is 0700)
 _END_KINDS = {
     shim.SUCCEEDED: EventKind.SUCCEEDED,
     shim.FAILED: EventKind.FAILED,
@@ -202,8 +210,19 @@ class LocalBackend:
         cpu_milli: int | None = None,
         memory_mib: int | None = None,
         nvml_lib: ModuleType | None = None,
+        policy: AccountPolicy | None = None,
+        job_root: Path | None = None,
+        cgroup_root: Path | None = cgroups.DEFAULT_ROOT,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
+        self.policy = policy or AccountPolicy()
+        if job_root is None:
+            job_root = ROOT_JOB_ROOT if os.geteuid() == 0 else self.state_dir / "jobs"
+        self.job_root = Path(job_root).resolve()
+        self.cgroups = cgroups.detect(cgroup_root) if cgroup_root is not None else cgroups.CgroupSupport(
+            None, "cgroups switched off in the configuration"
+        )
+        self._progress_paths: dict[tuple[str, int], Path] = {}
         self.node_name = node_name or socket.gethostname()
         self.default_grace_s = default_grace_s
         self.python = python
@@ -214,10 +233,15 @@ class LocalBackend:
         self._mutex = threading.RLock()
         self._watched: dict[tuple[str, int], _Watch] = {}
         self._reported: set[tuple[str, int]] = set()
-        for sub in ("runs", "logs", "checkpoints"):
-            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+        _private_dir(self.state_dir)
+        for sub in ("runs", "logs"):
+            _private_dir(self.state_dir / sub)
+        self.job_root.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.gpus: list[LocalGpu] = self._discover_gpus()
         self.capabilities = self._capabilities()
+        for cap in (Capability.RUN_AS, Capability.RESOURCE_LIMITS, Capability.DEVICE_ISOLATION):
+            if cap in self.capabilities.missing:  # once, at start: what the kernel does not enforce here
+                log.warning("local backend: no %s: %s", cap.value, self.capabilities.missing[cap])
 
     # ---- inventory -------------------------------------------------------------------------
 
@@ -247,6 +271,17 @@ class LocalBackend:
             supported.add(Capability.MIG)
         else:
             missing[Capability.MIG] = "no GPU of this server is in MIG mode"
+        if self.policy.can_switch:
+            supported.add(Capability.RUN_AS)
+        else:
+            missing[Capability.RUN_AS] = "the server is not root, so every job runs as the server's own account"
+        if self.cgroups.available:
+            supported.add(Capability.RESOURCE_LIMITS)
+        else:
+            missing[Capability.RESOURCE_LIMITS] = f"CPU and memory requests are not enforced: {self.cgroups.reason}"
+        missing[Capability.DEVICE_ISOLATION] = (
+            "GPU access is limited by CUDA_VISIBLE_DEVICES only: the cgroup v2 BPF device filter is not loaded"
+        )
         return Capabilities(frozenset(supported), missing)
 
     def inventory(self) -> list[Node]:
@@ -306,11 +341,13 @@ class LocalBackend:
                 return self._handle(existing)
             if key in self._reported:  # ended, and this instance already said so
                 return self._handle(_Watch(req.job_id, req.run, run_dir))
-            if req.cwd is not None and not Path(req.cwd).is_dir():
-                raise BackendError(f"job {req.job_id}: working directory {req.cwd!r} does not exist")
-            env = self._job_env(req)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(run_dir / shim.LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            _check_strings(req)
+            account = self.policy.resolve(req.run_as)
+            job_dir = self._job_dir(req, account)
+            env = self._job_env(req, account, job_dir)
+            _private_dir(run_dir.parent)
+            _private_dir(run_dir)
+            fd = os.open(run_dir / shim.LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -318,7 +355,7 @@ class LocalBackend:
                     return self._adopt(key, run_dir)  # a live shim (maybe another server's) runs it
                 if (run_dir / shim.STATUS).exists() or (run_dir / shim.PID).exists():
                     return self._watch_existing(key, run_dir)
-                watch = _Watch(req.job_id, req.run, run_dir, self._spawn(req, run_dir, env, fd))
+                watch = _Watch(req.job_id, req.run, run_dir, self._spawn(req, run_dir, env, fd, account, job_dir))
             finally:
                 os.close(fd)
             self._watched[key] = watch
@@ -329,19 +366,36 @@ class LocalBackend:
                 self._reported.add(key)  # the caller was told by the exception
                 raise
 
-    def _spawn(self, req: LaunchRequest, run_dir: Path, env: dict[str, str], lock_fd: int) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, req: LaunchRequest, run_dir: Path, env: dict[str, str], lock_fd: int, account: Account, job_dir: Path
+    ) -> subprocess.Popen[bytes]:
         """Write spec.json and start the shim, handing it the held lock."""
+        switch = account.uid != os.geteuid()
+        cgroup = None
+        if self.cgroups.parent is not None:
+            cgroup = {
+                "parent": str(self.cgroups.parent),
+                "name": f"{req.job_id}.{req.run}",
+                "cpu_milli": req.cpu_milli,
+                "memory_mib": req.memory_mib,
+            }
         spec = {
             "job_id": req.job_id,
             "run": req.run,
             "command": list(req.command),
             "env": env,
             "cwd": req.cwd,
+            "job_dir": str(job_dir),
+            "checkpoint_dir": env["GPUFLEET_CHECKPOINT_DIR"],
+            "progress_path": env["GPUFLEET_PROGRESS_FILE"],
+            "account": account.to_json() if switch else None,
+            "cgroup": cgroup,
             "log_path": str(self.log_path(req.job_id)),
             "max_runtime_s": req.max_runtime_s,
             "grace_s": req.grace_s,
             "restart_count": req.restart_count,
         }
+        self._progress_paths[(req.job_id, req.run)] = Path(env["GPUFLEET_PROGRESS_FILE"])
         shim.write_json_atomic(run_dir / shim.SPEC, spec)
         shim_env = dict(os.environ)
         src_root = str(Path(gpufleet.__file__).resolve().parent.parent)
@@ -411,33 +465,65 @@ class LocalBackend:
 
     # ---- environment -----------------------------------------------------------------------
 
-    def _job_env(self, req: LaunchRequest) -> dict[str, str]:
-        """The command's environment: the server's (minus our settings and GPU selection), the
-        request's, then the placement's GPU selection and the gpufleet variables (which win)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") and k not in _CUDA_VARS}
-        env.update(req.env)
-        env.update(self._gpu_env(req.job_id, req.placement))
-        ckpt = Path(req.checkpoint_dir) if req.checkpoint_dir else self.state_dir / "checkpoints" / req.job_id
+    def _job_dir(self, req: LaunchRequest, account: Account) -> Path:
+        """``<job_root>/<team>/<job_id>``: the job's own folder, 0700 and owned by its account.
+
+        The team folder is the server's (0711: others may pass through, not list it), so nobody
+        else can plant a link where the job folder goes; an existing job folder is kept only if it
+        is a real folder owned by the account (a restarted job finds its checkpoints there)."""
+        if not _TEAM_RE.match(req.team):
+            raise BackendError(f"job {req.job_id}: team name {req.team!r} cannot name a folder")
+        team_dir = self.job_root / req.team
         try:
-            ckpt.mkdir(parents=True, exist_ok=True)
+            team_dir.mkdir(mode=0o711, exist_ok=True)
+            job_dir = team_dir / req.job_id
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(job_dir, 0o700)
+            st = os.lstat(job_dir)
+            if not stat.S_ISDIR(st.st_mode):
+                raise BackendError(f"job {req.job_id}: {job_dir} is not a folder")
+            if st.st_uid != account.uid:
+                if st.st_uid != os.geteuid():
+                    raise BackendError(f"job {req.job_id}: {job_dir} belongs to uid {st.st_uid}, not {account.name!r}")
+                os.chown(job_dir, account.uid, account.gid, follow_symlinks=False)
+            os.chmod(job_dir, 0o700)  # a folder (lstat above), in a folder only the server writes
         except OSError as e:
-            raise BackendError(f"job {req.job_id}: cannot create checkpoint dir {ckpt}: {e.strerror}") from e
-        env.update(
+            why = e.strerror or e
+            raise BackendError(f"job {req.job_id}: cannot prepare its folder under {team_dir}: {why}") from e
+        return job_dir
+
+    def _job_env(self, req: LaunchRequest, account: Account, job_dir: Path) -> dict[str, str]:
+        """The command's environment, built from nothing (see :func:`accounts.job_environment`):
+        the account's basics, the request's ``env``, the placement's GPU selection and the gpufleet
+        variables (which win)."""
+        ckpt = req.checkpoint_dir or str(job_dir / "checkpoints")
+        extra = self._gpu_env(req.job_id, req.placement)
+        extra.update(
             {
                 "GPUFLEET_JOB_ID": req.job_id,
                 "GPUFLEET_RUN": str(req.run),
-                "GPUFLEET_CHECKPOINT_DIR": str(ckpt),
+                "GPUFLEET_CHECKPOINT_DIR": ckpt,
                 "GPUFLEET_RESTART_COUNT": str(req.restart_count),
                 "GPUFLEET_NODE": self.node_name,
+                "GPUFLEET_JOB_DIR": str(job_dir),
                 # where the job may report its progress (steps, metrics) for cost forecasts
-                "GPUFLEET_PROGRESS_FILE": str(self.progress_path(req.job_id, req.run)),
+                "GPUFLEET_PROGRESS_FILE": str(job_dir / f"progress.{req.run}.jsonl"),
             }
         )
-        return env
+        same_user = account.uid == os.geteuid()
+        return job_environment(account, dict(req.env), extra, server_path=os.environ.get("PATH") if same_user else None)
 
-    def progress_path(self, job_id: str, run: int) -> Path:
-        """The progress file a run may write (JSON, see gpufleet.cost.forecast); in its run directory."""
-        return self.run_dir(job_id, run) / "progress.json"
+    def progress_path(self, job_id: str, run: int) -> Path | None:
+        """The progress file a run may write (JSON lines, see gpufleet.cost.forecast), in the job's
+        own folder; None for a run this server knows nothing of. The job owns the file: read it
+        with :func:`read_job_file`."""
+        key = (job_id, run)
+        path = self._progress_paths.get(key)
+        if path is None:
+            spec = shim.read_json(self.run_dir(job_id, run) / shim.SPEC) or {}
+            if isinstance(spec.get("progress_path"), str):
+                path = self._progress_paths[key] = Path(spec["progress_path"])
+        return path
 
     def _gpu_env(self, job_id: str, placement: tuple[PodPlacement, ...]) -> dict[str, str]:
         """CUDA_VISIBLE_DEVICES (and MPS share / MIG slice variables) for a placement."""
@@ -679,6 +765,28 @@ def _job_of_pid(pid: int, sessions: dict[int, str]) -> str | None:
     except psutil.Error:
         pass
     return None
+
+
+def _private_dir(path: Path) -> None:
+    """A folder only the server may enter (0700), created if missing."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if stat.S_IMODE(path.stat().st_mode) != 0o700:
+        path.chmod(0o700)
+
+
+def _check_strings(req: LaunchRequest) -> None:
+    """Refuse what no process can be started with (the API refuses it first; old rows may have it)."""
+    fields: list[tuple[str, str]] = [("command", a) for a in req.command]
+    fields += [("env", k) for k in req.env] + [("env", v) for v in req.env.values()]
+    fields += [("cwd", req.cwd or ""), ("checkpoint_dir", req.checkpoint_dir or "")]
+    for name, value in fields:
+        if "\x00" in value:
+            raise BackendError(f"job {req.job_id}: {name} contains a NUL byte")
+    for name, path in (("cwd", req.cwd), ("checkpoint_dir", req.checkpoint_dir)):
+        if path is not None and not os.path.isabs(path):
+            raise BackendError(f"job {req.job_id}: {name} {path!r} must be an absolute path")
+    if not req.command:
+        raise BackendError(f"job {req.job_id}: empty command")
 
 
 def _check_key(job_id: str, run: int) -> None:

@@ -15,6 +15,14 @@ The contract with :mod:`gpufleet.backends.local` lives in the run directory:
 - ``stop.json``: a stop request (reason, grace); the server writes it, then sends SIGUSR1.
 - ``status.json``: how the run ended (written atomically once, right after the command is reaped).
 
+The shim runs with the server's privileges; the job does not. When the spec names an ``account``,
+the forked child, before ``exec``: joins the job's cgroup (``cgroup``), sets the account's
+supplementary groups, then its gid, then its uid (real, effective and saved), checks that it
+cannot become root again, sets ``no_new_privs`` (no setuid binary can raise it), and then, as the
+job's account, creates its checkpoint folder and enters its working folder, so the operating
+system's permissions decide what it may use. The run directory (spec, pid, stop and status files)
+stays the server's: the job cannot write its own status. Its output goes to a log the shim opens.
+
 The command runs in its own process group (so it can be signalled as a whole) inside the shim's
 session (so its processes can be found by session id even if the shim is SIGKILLed before it
 recorded the command's pid). Leftover processes of the group are killed when the command exits.
@@ -36,12 +44,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from gpufleet.backends import cgroups
 
 SPEC = "spec.json"
 PID = "pid.json"
@@ -58,6 +68,8 @@ TIMED_OUT = "timed-out"
 log = logging.getLogger("gpufleet.backends.shim")
 
 MAX_WAIT_S = 1.0  # re-check stop.json at least this often, in case a signal was never sent
+SETUP_FAILED = 126  # exit code of a child that could not become the job (account, folders)
+_PR_SET_NO_NEW_PRIVS = 38
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
@@ -158,7 +170,8 @@ class Shim:
             return 2
         me = {"shim_pid": os.getpid(), "shim_start": process_start_ticks(os.getpid())}
         write_json_atomic(self.run_dir / PID, me)
-        with open(spec["log_path"], "ab", buffering=0) as job_log:
+        fd = os.open(spec["log_path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        with open(fd, "ab", buffering=0) as job_log:
             return self._run(spec, me, job_log)
 
     def _run(self, spec: dict[str, Any], me: dict[str, Any], job_log: Any) -> int:
@@ -168,28 +181,43 @@ class Shim:
         job_log.write(f"=== gpufleet run {run} started {iso(started_at)} ===\n".encode())
         if stop is not None:
             return self._finish(job_log, run, started_at, started_at, None, None, STOPPED, _stop_reason(stop))
+        cgroup = _make_cgroup(spec)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)  # the child's setup error, if any (EOF: it exec'd)
         try:
             child = subprocess.Popen(
                 spec["command"],
                 env=spec["env"],
-                cwd=spec.get("cwd") or None,
                 stdin=subprocess.DEVNULL,
                 stdout=job_log,
                 stderr=subprocess.STDOUT,
                 process_group=0,
                 close_fds=True,
+                umask=0o077,
+                preexec_fn=_child_setup(spec, cgroup, err_w),
             )
-        except OSError as e:
-            code = 127 if e.errno in (errno.ENOENT, errno.ENOTDIR) else 126
-            reason = f"cannot start {spec['command'][0]!r}: {e.strerror or e}"
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            os.close(err_w)
+            os.close(err_r)
+            if cgroup is not None:
+                cgroups.remove(cgroup)
+            errno_ = getattr(e, "errno", None)
+            code = 127 if errno_ in (errno.ENOENT, errno.ENOTDIR) else 126
+            reason = f"cannot start {str(spec['command'][0])!r}: {getattr(e, 'strerror', None) or e}"
             return self._finish(job_log, run, started_at, time.time(), code, None, FAILED, reason)
+        os.close(err_w)
+        setup_error = _read_all(err_r)
         me |= {"child_pid": child.pid, "child_start": process_start_ticks(child.pid), "started_at": started_at}
         write_json_atomic(self.run_dir / PID, me)
         ending, rc, ended_at = self._wait(child, spec, started_at)
         killpg(child.pid, signal.SIGKILL)  # leftovers of the job's process group
+        if cgroup is not None:
+            cgroups.remove(cgroup)  # and anything that left the group but not the cgroup
         exit_code, sig = (None, -rc) if rc < 0 else (rc, None)
         kind = ending.kind or (SUCCEEDED if rc == 0 else FAILED)
         reason = ending.reason or _exit_reason(exit_code, sig)
+        if setup_error:
+            kind, reason = FAILED, setup_error
+            job_log.write(f"gpufleet: {setup_error}\n".encode())
         return self._finish(job_log, run, started_at, ended_at, exit_code, sig, kind, reason)
 
     def _wait(
@@ -271,6 +299,90 @@ class Shim:
         }
         write_json_atomic(self.run_dir / STATUS, status)
         return 0
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    try:
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode(errors="replace").strip()
+
+
+def _make_cgroup(spec: Mapping[str, Any]) -> Path | None:
+    """The run's cgroup with its limits, when the backend asked for one (None otherwise)."""
+    cg = spec.get("cgroup")
+    if not cg:
+        return None
+    try:
+        return cgroups.create(Path(cg["parent"]), cg["name"], int(cg["cpu_milli"]), int(cg["memory_mib"]))
+    except OSError as e:
+        log.warning("no cgroup for this run (%s): limits are not enforced", e)
+        return None
+
+
+def _no_new_privs() -> None:
+    """prctl(PR_SET_NO_NEW_PRIVS): exec of a setuid or file-capability binary grants nothing."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+
+def _child_setup(spec: Mapping[str, Any], cgroup: Path | None, err_w: int) -> Callable[[], None]:
+    """What the forked child does before ``exec`` (see the module docstring), in this order.
+
+    Runs between fork and exec of a single-threaded shim; any failure is written to ``err_w`` and
+    ends the child with :data:`SETUP_FAILED`, so the run fails with that reason instead of running
+    with the wrong identity or folders.
+    """
+    account = spec.get("account")
+    checkpoint_dir = spec.get("checkpoint_dir")
+    workdir = spec.get("cwd") or spec.get("job_dir")
+
+    def setup() -> None:
+        step = "setting up the job"
+        try:
+            if cgroup is not None:
+                step = f"joining its cgroup {cgroup}"
+                with open(cgroup / "cgroup.procs", "w") as f:
+                    f.write("0")
+            if account is not None:
+                name, uid, gid = account["name"], int(account["uid"]), int(account["gid"])
+                step = f"switching to the Unix account {name!r}"
+                os.setgroups([int(g) for g in account["groups"]])
+                os.setresgid(gid, gid, gid)
+                os.setresuid(uid, uid, uid)
+                if uid != 0:
+                    try:
+                        os.setuid(0)
+                    except PermissionError:
+                        pass
+                    else:
+                        raise OSError(errno.EPERM, "the job could become root again")
+                    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+                        raise OSError(errno.EPERM, "the job's ids are not the account's")
+            step = "setting no_new_privs"
+            _no_new_privs()
+            if checkpoint_dir:
+                step = f"creating the checkpoint folder {checkpoint_dir}"
+                os.makedirs(checkpoint_dir, mode=0o700, exist_ok=True)
+                if not os.access(checkpoint_dir, os.W_OK | os.X_OK):
+                    raise PermissionError(errno.EACCES, "not writable by the job's account")
+            if workdir:
+                step = f"entering the working folder {workdir}"
+                os.chdir(workdir)
+        except BaseException as e:  # nothing may escape between fork and exec
+            who = f" as {account['name']!r}" if account is not None else ""
+            detail = f"{type(e).__name__}: {e}" if not isinstance(e, OSError) else (e.strerror or str(e))
+            with contextlib.suppress(OSError):
+                os.write(err_w, f"could not start the job{who}: {step}: {detail}".encode())
+            os._exit(SETUP_FAILED)
+
+    return setup
 
 
 def _stop_reason(stop: Mapping[str, Any]) -> str:

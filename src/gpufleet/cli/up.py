@@ -26,6 +26,14 @@ def up(
     workers: Annotated[
         int | None, typer.Option(help="API worker processes (default 1: API and scheduler share one process)")
     ] = None,
+    jobs_as_server: Annotated[
+        bool | None,
+        typer.Option(
+            "--jobs-as-server/--jobs-as-owners",
+            help="single-user use: run jobs that have no Unix account as this server's own user (they can read "
+            "its store and token). Default: jobs run only as their owners' accounts (needs root)",
+        ),
+    ] = None,
 ) -> None:
     """Start the API server and the scheduler on this machine (SQLite + local GPUs by default)."""
     from gpufleet.control.server import build_server, check_port
@@ -41,6 +49,7 @@ def up(
         node_name=node_name,
         log_level=log_level,
         api_workers=workers,
+        jobs_as_server=jobs_as_server,
     )
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
@@ -51,6 +60,7 @@ def up(
     console.print(f"[bold]gpufleet[/] serving on [cyan]{settings.url}[/]  (API docs: {settings.url}/docs)")
     console.print(f"  store   {server.db.masked_url}")
     console.print(f"  GPUs    {gpu_desc}")
+    console.print(f"  jobs    {server.policy.describe()}")
     if server.admin_token_path is not None:
         console.print(f"  token   {server.admin_token_path} (admin; the CLI finds it)")
     console.print("  try     gpufleet submit --gpus 1 -- python -c 'print(42)'")

@@ -18,6 +18,7 @@ adopted if alive, finished if it ended while nobody watched, and requeued if it 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -30,15 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
-from gpufleet.backends.base import Backend, BackendEvent, EventKind, LaunchRequest, RecoveredState
+from gpufleet.backends.base import Backend, BackendEvent, EventKind, LaunchRequest, RecoveredState, read_job_file
 from gpufleet.clock import Clock, WallClock
 from gpufleet.control.budgets import BudgetService  # budgets: evaluation, alerts, throttles, job limits
 from gpufleet.control.leader import FileLeadership, Leadership, PgLeadership
 from gpufleet.cost.budgets import throttled_cycle  # budgets
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.forecast import parse_progress_file
-from gpufleet.errors import GpufleetError
+from gpufleet.errors import GpufleetError, StoreError
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job, JobState
 from gpufleet.model.node import Node
@@ -61,6 +63,7 @@ HEARTBEAT_INTERVAL_S = 1.0
 QUOTA_REFRESH_S = 2.0
 FULL_RESYNC_S = 30.0
 MIN_STEP_GAP_S = 0.05
+PROGRESS_READ_LIMIT = 1024 * 1024  # bytes of a job's progress file read per look
 MIN_CYCLE_GAP_S = 0.05  # least time between two cycles triggered by changes
 CYCLE_COST_FACTOR = 5.0  # ... and at least this many times the last cycle's duration
 
@@ -329,7 +332,7 @@ class Controller:
         t0 = time.perf_counter()
         now = self.clock.now()
         for ev in self.backend.poll():
-            self._on_end(ev)
+            self._isolated(ev.job_id, "its end", functools.partial(self._on_end, ev))
         self._sync_store(now)
         self._refresh_quotas()
         self._budget_tick(now)
@@ -464,6 +467,7 @@ class Controller:
                     now=now,
                 )
                 command, env, cwd, ckpt = list(row.command), dict(row.env or {}), row.cwd, row.checkpoint_dir
+                owner = (row.team, row.run_as, row.cpu_milli, row.memory_mib)
                 restarts = row.restarts
         if skip:
             self.scheduler.unreserve(pl, snap, now)
@@ -486,9 +490,15 @@ class Controller:
                     restart_count=restarts,
                     max_runtime_s=job.spec.max_runtime_s,
                     grace_s=self.config.grace_s,
+                    team=owner[0],
+                    run_as=owner[1],
+                    cpu_milli=owner[2],
+                    memory_mib=owner[3],
                 )
             )
-        except (GpufleetError, OSError) as e:
+        except Exception as e:  # one job's bad launch ends that job, never the loop (or leadership)
+            if not isinstance(e, GpufleetError | OSError):
+                log.exception("launch of %s raised an unexpected error", job.id)
             log.warning("launch of %s failed: %s", job.id, e)
             self.scheduler.unreserve(pl, snap, now)
             with self.db.session() as s:
@@ -548,7 +558,23 @@ class Controller:
         ar.stopping = why
         with self.db.session() as s:
             repo.request_stop(s, job_id, ar.run, why)
-        self.backend.stop(job_id, ar.run, why.split(": ", 1)[-1], self.config.grace_s)
+        try:
+            self.backend.stop(job_id, ar.run, why.split(": ", 1)[-1], self.config.grace_s)
+        except (StoreError, SQLAlchemyError):
+            raise
+        except Exception:  # one job that cannot be stopped must not stop the loop: asked again next time
+            log.exception("stopping %s failed; will retry", job_id)
+            ar.stopping = None
+
+    def _isolated(self, job_id: str | None, what: str, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (work for one job); a failure that is the job's, not the store's, is logged
+        and the loop goes on: one bad job never stops scheduling for everyone."""
+        try:
+            fn()
+        except (StoreError, SQLAlchemyError):
+            raise  # the store went away: the loop backs off and recovers
+        except Exception:
+            log.exception("handling %s of job %s failed; the loop carries on", what, job_id)
 
     # -- ends ------------------------------------------------------------------------------------------
     def _on_end(self, ev: BackendEvent) -> None:
@@ -726,30 +752,27 @@ class Controller:
         rows: list[JobProgressRow] = []
         for job_id, ar in self.active.items():
             if only is None or job_id == only:
-                rows += self._progress_rows(job_id, ar.run, path_of(job_id, ar.run))
+                path = path_of(job_id, ar.run)
+                if path is not None:
+                    rows += self._progress_rows(job_id, ar.run, path)
         if rows:
             with self.db.session() as s:
                 s.add_all(rows)
 
     def _progress_rows(self, job_id: str, run: int, path: Path) -> list[JobProgressRow]:
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return []
         key = (job_id, run)
         offset, seen = self._progress.get(key, (0, None))
-        if size <= offset:
+        # the job owns the file: no link is followed, at most PROGRESS_READ_LIMIT bytes per look
+        chunk = read_job_file(path, offset, PROGRESS_READ_LIMIT)
+        if not chunk:
             return []
         if key not in self._progress:
             with self.db.session(readonly=True) as s:
                 seen = s.scalar(select(func.max(JobProgressRow.time)).where(JobProgressRow.job_id == job_id))
-        try:
-            with path.open("rb") as f:
-                f.seek(offset)
-                chunk = f.read(size - offset)
-        except OSError:
-            return []
         end = chunk.rfind(b"\n") + 1
+        if end == 0 and len(chunk) == PROGRESS_READ_LIMIT:  # one line longer than the limit: skip it
+            self._progress[key] = (offset + len(chunk), seen)
+            return []
         if end == 0:
             return []
         try:

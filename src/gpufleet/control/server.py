@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.local import LocalBackend
 from gpufleet.clock import WallClock
 from gpufleet.control.controller import Controller, ControllerConfig
@@ -43,6 +44,7 @@ class Server:
     db: Database
     controller: Controller
     admin_token_path: Path | None
+    policy: AccountPolicy  # which Unix accounts jobs run as
 
     def app(self) -> FastAPI:
         from gpufleet.api.app import create_app
@@ -55,7 +57,7 @@ class Server:
                 clock=WallClock(),
                 wake=self.controller.wake,
                 ready=self.controller.ready,
-                pricing_rules=rules_from_setting(self.settings.pricing),
+                **context_settings(self.settings),
             )
         )
 
@@ -113,9 +115,34 @@ def worker_app() -> FastAPI:
             database=db,
             logs_dir=settings.home / "logs",
             clock=WallClock(),
-            pricing_rules=rules_from_setting(settings.pricing),
+            **context_settings(settings),
         )
     )
+
+
+def context_settings(settings: Settings) -> dict[str, Any]:
+    """The API context's settings that come from the server's: pricing and the shared-server rules."""
+    return {
+        "pricing_rules": rules_from_setting(settings.pricing),
+        "max_body_bytes": settings.max_body_bytes,
+        "run_as_required": not settings.jobs_as_server,
+        "single_team": os.geteuid() != 0 and not settings.jobs_as_server,
+    }
+
+
+def secure_home(settings: Settings) -> None:
+    """Everything the server writes is its own: files 0600, folders 0700 (umask 077 for this
+    process and what it starts), ``GPUFLEET_HOME`` itself 0700 and an existing SQLite store 0600
+    (homes made by older versions were 0755 with a 0644 store)."""
+    os.umask(0o077)
+    home = settings.home
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)
+    if settings.db_url.startswith("sqlite:///"):
+        db_file = Path(settings.db_url.removeprefix("sqlite:///"))
+        for path in (db_file, db_file.with_name(db_file.name + "-wal"), db_file.with_name(db_file.name + "-shm")):
+            if path.exists() and path.stat().st_uid == os.geteuid():
+                path.chmod(0o600)
 
 
 def seed_teams(db: Database, settings: Settings, now: float) -> None:
@@ -150,13 +177,22 @@ def ensure_admin_token(db: Database, home: Path, now: float) -> Path:
 
 def build_server(settings: Settings) -> Server:
     home = settings.home
-    home.mkdir(parents=True, exist_ok=True)
+    secure_home(settings)
     now = WallClock().now()
     db = Database(settings.db_url)
     db.upgrade()
     seed_teams(db, settings, now)
     token_path = ensure_admin_token(db, home, now) if settings.single_user else None
-    backend = LocalBackend(home, node_name=settings.node_name, gpus=settings.gpus, default_grace_s=settings.grace_s)
+    policy = AccountPolicy(jobs_as_server=settings.jobs_as_server)
+    log.log(logging.WARNING if settings.jobs_as_server else logging.INFO, "%s", policy.describe())
+    backend = LocalBackend(
+        home,
+        node_name=settings.node_name,
+        gpus=settings.gpus,
+        default_grace_s=settings.grace_s,
+        policy=policy,
+        job_root=settings.job_root,
+    )
     config = ControllerConfig(
         poll_interval_s=settings.poll_interval_s,
         cycle_interval_s=settings.cycle_interval_s,
@@ -169,4 +205,4 @@ def build_server(settings: Settings) -> Server:
         config.replica = settings.replica
     controller = Controller(db, backend, settings.scheduler, config)
     write_private_file(home / SERVER_FILE, json.dumps({"url": settings.url}) + "\n")
-    return Server(settings, db, controller, token_path)
+    return Server(settings, db, controller, token_path, policy)
