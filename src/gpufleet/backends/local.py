@@ -236,7 +236,7 @@ class LocalBackend:
         _private_dir(self.state_dir)
         for sub in ("runs", "logs"):
             _private_dir(self.state_dir / sub)
-        self.job_root.mkdir(mode=0o711, parents=True, exist_ok=True)
+        _passable_dir(self.job_root)
         self.gpus: list[LocalGpu] = self._discover_gpus()
         self.capabilities = self._capabilities()
         for cap in (Capability.RUN_AS, Capability.RESOURCE_LIMITS, Capability.DEVICE_ISOLATION):
@@ -475,7 +475,7 @@ class LocalBackend:
             raise BackendError(f"job {req.job_id}: team name {req.team!r} cannot name a folder")
         team_dir = self.job_root / req.team
         try:
-            team_dir.mkdir(mode=0o711, exist_ok=True)
+            _passable_dir(team_dir)
             job_dir = team_dir / req.job_id
             with contextlib.suppress(FileExistsError):
                 os.mkdir(job_dir, 0o700)
@@ -772,6 +772,13 @@ def _private_dir(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     if stat.S_IMODE(path.stat().st_mode) != 0o700:
         path.chmod(0o700)
+
+
+def _passable_dir(path: Path) -> None:
+    """A folder of the server's that others may pass through but not list (0711; the umask is 077)."""
+    path.mkdir(mode=0o711, parents=True, exist_ok=True)
+    if stat.S_IMODE(path.stat().st_mode) != 0o711:
+        path.chmod(0o711)
 
 
 def _check_strings(req: LaunchRequest) -> None:

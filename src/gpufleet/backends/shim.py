@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import errno
 import json
 import logging
@@ -323,11 +324,8 @@ def _make_cgroup(spec: Mapping[str, Any]) -> Path | None:
         return None
 
 
-def _no_new_privs() -> None:
+def _no_new_privs(libc: ctypes.CDLL) -> None:
     """prctl(PR_SET_NO_NEW_PRIVS): exec of a setuid or file-capability binary grants nothing."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
 
@@ -340,6 +338,7 @@ def _child_setup(spec: Mapping[str, Any], cgroup: Path | None, err_w: int) -> Ca
     with the wrong identity or folders.
     """
     account = spec.get("account")
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: the job's account may not read Python's files
     checkpoint_dir = spec.get("checkpoint_dir")
     workdir = spec.get("cwd") or spec.get("job_dir")
 
@@ -366,7 +365,7 @@ def _child_setup(spec: Mapping[str, Any], cgroup: Path | None, err_w: int) -> Ca
                     if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
                         raise OSError(errno.EPERM, "the job's ids are not the account's")
             step = "setting no_new_privs"
-            _no_new_privs()
+            _no_new_privs(libc)
             if checkpoint_dir:
                 step = f"creating the checkpoint folder {checkpoint_dir}"
                 os.makedirs(checkpoint_dir, mode=0o700, exist_ok=True)

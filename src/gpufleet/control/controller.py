@@ -626,7 +626,7 @@ class Controller:
                 )
             elif ev.kind is EventKind.FAILED and not stopping:
                 how = f"killed by signal {ev.signal}" if ev.signal else f"exited with code {ev.exit_code}"
-                repo.transition(s, row, "FAILED", how, now, ended_at=ended, exit_code=ev.exit_code)
+                repo.transition(s, row, "FAILED", ev.reason or how, now, ended_at=ended, exit_code=ev.exit_code)
             elif row.cancel_requested:
                 repo.transition(
                     s, row, "CANCELLED", "cancelled by request", now, ended_at=ended, exit_code=ev.exit_code

@@ -33,8 +33,9 @@ _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, 
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.ADMITTED, JobState.CANCELLED, JobState.FAILED}),
-    # ADMITTED → PENDING: the bind failed and was rolled back.
-    JobState.ADMITTED: frozenset({JobState.RUNNING, JobState.PENDING, JobState.CANCELLED}),
+    # ADMITTED → PENDING: the bind failed and was rolled back. ADMITTED → FAILED: the backend could
+    # not launch it at all (a bad account, path or command): that job ends, the rest go on.
+    JobState.ADMITTED: frozenset({JobState.RUNNING, JobState.PENDING, JobState.CANCELLED, JobState.FAILED}),
     JobState.RUNNING: frozenset(
         {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT, JobState.PREEMPTED}
     ),
