@@ -107,7 +107,7 @@ def test_success_meters_the_process_time(world: World) -> None:
     [
         (["sh", "-c", "exit 3"], {}, "FAILED", "exited with code 3"),
         (["sleep", "30"], {"max_runtime_s": 0.5}, "TIMED_OUT", "max runtime"),
-        (["sh", "-c", "kill -9 $$"], {}, "FAILED", "signal 9"),
+        (["sh", "-c", "kill -9 $$"], {}, "FAILED", "signal SIGKILL"),
     ],
     ids=["exit-code", "max-runtime", "killed"],
 )
@@ -115,6 +115,48 @@ def test_unsuccessful_ends(world: World, command: list[str], fields: dict[str, A
     jid = world.submit(command, **fields)
     world.until(lambda: world.state(jid) == state)
     assert reason in world.job(jid).reason
+
+
+@pytest.mark.parametrize(
+    ("command", "fields", "reason"),
+    [
+        (["sleep\x00", "1"], {}, "NUL"),
+        (["sleep", "1"], {"env": {"X": "a\x00b"}}, "NUL"),
+        (["sleep", "1"], {"cwd": "relative/dir"}, "absolute"),
+        (["sleep", "1"], {"cwd": "/nonexistent/gpufleet-test"}, "working folder"),
+        (["sleep", "1"], {"run_as": "no-such-user-gf"}, "no Unix account"),
+        (["/nonexistent/program"], {}, "cannot start"),
+    ],
+    ids=["nul-command", "nul-env", "relative-cwd", "missing-cwd", "missing-account", "missing-program"],
+)
+def test_a_job_that_cannot_launch_fails_and_the_loop_goes_on(
+    world: World, command: list[str], fields: dict[str, Any], reason: str
+) -> None:
+    """Rows an older version stored unchecked: the job ends FAILED with the reason; the next job runs."""
+    run_as = fields.pop("run_as", None)
+    bad = world.submit(command, **fields)
+    if run_as is not None:
+        with world.db.session() as s:
+            repo.get_job(s, bad, for_update=True).run_as = run_as
+    good = world.submit(["sleep", "0.1"])
+    world.until(lambda: world.state(bad) == "FAILED" and world.state(good) == "SUCCEEDED")
+    assert reason in world.job(bad).reason
+    assert world.ctl.is_leader and world.ctl.snapshot.allocated_milli() == 0
+
+
+def test_an_unexpected_error_in_one_launch_does_not_stop_the_loop(world: World) -> None:
+    bad = world.submit(["sleep", "1"])
+    launch = world.backend.launch
+
+    def flaky(req: Any) -> Any:
+        if req.job_id == bad:
+            raise RuntimeError("a bug in the backend")
+        return launch(req)
+
+    world.backend.launch = flaky  # type: ignore[method-assign]
+    good = world.submit(["sleep", "0.1"])
+    world.until(lambda: world.state(bad) == "FAILED" and world.state(good) == "SUCCEEDED")
+    assert "a bug in the backend" in world.job(bad).reason and world.ctl.is_leader
 
 
 def test_cancel_a_running_job(world: World) -> None:
