@@ -90,7 +90,7 @@ GOOD_SUBMITS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("whole gpus, alias", {"gpus": 2, "gpu_types": ["a100", "A100-40GB"]}, {"gpus": 2, "gpu_types": ["A100-40GB"]}),
     ("fraction", {"gpu_milli": 250}, {"gpus": 1, "gpu_milli": 250}),
     ("mig picks types", {"mig": "3g.40gb"}, {"gpus": 1, "mig": "3g.40gb", "gpu_types": ["H100-80GB", "A100-80GB"]}),
-    ("named", {"name": "resnet", "priority": "high", "labels": {"owner": "ann"}}, {"name": "resnet"}),
+    ("named", {"name": "resnet", "priority": "low", "labels": {"owner": "ann"}}, {"name": "resnet"}),
     ("path program", {"command": ["/usr/bin/python3", "-m", "x"]}, {"name": "python3 -m x"}),
 ]
 
@@ -248,7 +248,8 @@ def test_logs_offset_and_missing_file(api: Api) -> None:
     (api.logs / f"{job}.log").write_bytes(b"hello\nworld\n" * 10000)
     assert api.client.get(f"/v1/jobs/{job}/logs", headers=h).content == b"hello\nworld\n" * 10000
     assert api.client.get(f"/v1/jobs/{job}/logs?offset=6", headers=h).content.startswith(b"world\nhello")
-    assert api.client.get(f"/v1/jobs/{job}/logs?offset=10000000", headers=h).content == b""
+    assert api.client.get(f"/v1/jobs/{job}/logs?offset=120000", headers=h).content == b""  # the end: nothing more
+    problem(api.client.get(f"/v1/jobs/{job}/logs?offset=10000000", headers=h), 416, "offset_out_of_range")
     problem(api.client.get(f"/v1/jobs/{job}/logs?offset=-1", headers=h), 422, "invalid_input")
     problem(api.client.get(f"/v1/jobs/{job}/logs", headers=api.h("bob")), 404, "not_found")
     problem(api.client.get("/v1/jobs/j-nope/logs", headers=h), 404, "not_found")

@@ -6,10 +6,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job, JobState
+from gpufleet.model.quota import Quota
 from gpufleet.scheduling.cycle import ClusterState, Decisions, Scheduler
 from gpufleet.scheduling.preemption import RunningJob
 from gpufleet.scheduling.profile import load_profile
+from gpufleet.scheduling.quota import QuotaPolicy
 from gpufleet.scheduling.snapshot import ClusterSnapshot
 from tests.builders import cluster, job
 
@@ -160,6 +163,53 @@ def test_preemption(name: str, running: list, new: tuple, expected: list[str]) -
     assert victims(d) == expected
     if expected:
         assert "new" in w.sched.nominated
+
+
+GRANT = ("background", "low", "normal")  # the default grant of a team on a server
+EVERY_CLASS = (*GRANT, "high", "urgent")
+# Across teams: a victim within its team's nominal quota is only taken by a strictly higher class
+# that its team was granted too; a team beyond its quota (or without one) has no such guarantee.
+CROSS_TEAM = [
+    # name, victim team's quota (GPUs, None: no quota) and grant, running (id, team, priority), new, victims
+    ("within quota: a class its team may not use takes nothing", (1, GRANT), [("v", "b", "normal")],
+     ("a", "urgent"), []),
+    ("within quota: a class its team may use too", (1, EVERY_CLASS), [("v", "b", "normal")], ("a", "urgent"), ["v"]),
+    ("within quota: never an equal class", (1, EVERY_CLASS), [("v", "b", "urgent")], ("a", "urgent"), []),
+    ("beyond its quota: a borrowed job goes", (1, GRANT), [("v1", "b", "normal"), ("v2", "b", "normal")],
+     ("a", "urgent"), ["v1"]),
+    ("a team without a quota has no guarantee", (None, GRANT), [("v", "b", "normal")], ("a", "urgent"), ["v"]),
+    ("its own team's lower class", (1, GRANT), [("v", "a", "normal")], ("a", "urgent"), ["v"]),
+]
+
+
+@pytest.mark.parametrize(("name", "quota", "running", "new", "expected"), CROSS_TEAM, ids=[s[0] for s in CROSS_TEAM])
+def test_preemption_across_teams(name: str, quota: tuple, running: list, new: tuple, expected: list[str]) -> None:
+    gpus = len(running)
+    w = world(cluster().add("n1", gpus=gpus), queue_sort="priority")
+    nominal, grant = quota
+    teams = [Quota("a", {"*": 8 * MILLI}, priority_classes=GRANT)]
+    if nominal is not None:
+        teams.append(Quota("b", {"*": nominal * MILLI}, priority_classes=grant))
+    w.sched.quotas = QuotaPolicy(teams)
+    for rid, team, prio in running:
+        w.start(job(rid).team(team).priority(prio).preemptible().gpus(1).build(), "n1")
+    d = w.cycle([job("new").team(new[0]).priority(new[1]).gpus(1).at(900).build()], now=1000)
+    assert victims(d) == expected
+
+
+def test_preemption_never_takes_more_than_a_team_borrows() -> None:
+    """b borrows one GPU beyond its quota of one; a job that needs both of b's GPUs would take b's
+    guaranteed one too: refused (it was taken before, by a class b may not use)."""
+    w = world(cluster().add("n1", gpus=2), queue_sort="priority")
+    w.sched.quotas = QuotaPolicy([Quota("a", {"*": 2 * MILLI}), Quota("b", {"*": MILLI}, priority_classes=GRANT)])
+    for rid in ("v1", "v2"):
+        w.start(job(rid).team("b").priority("low").preemptible().build(), "n1")
+    d = w.cycle([job("new").team("a").priority("urgent").gpus(2).at(900).build()], now=1000)
+    assert victims(d) == []
+    # granted the class itself, b is outranked fairly: both go
+    w.sched.quotas = QuotaPolicy([Quota("a", {"*": 2 * MILLI}), Quota("b", {"*": MILLI}, priority_classes=EVERY_CLASS)])
+    d = w.cycle([job("new").team("a").priority("urgent").gpus(2).at(900).build()], now=1000)
+    assert victims(d) == ["v1", "v2"]
 
 
 def test_no_preemption_cycle() -> None:

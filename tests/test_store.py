@@ -25,7 +25,7 @@ from gpufleet.cost.ledger import allocate
 from gpufleet.errors import ConflictError, InputError, NotFoundError, StoreError, TransitionError
 from gpufleet.model.job import GpuRequest, JobState, PodPlacement
 from gpufleet.model.node import CapacityType, Node, SharingMode
-from gpufleet.model.quota import Quota
+from gpufleet.model.quota import DEFAULT_PRIORITY_GRANT, Quota
 from gpufleet.store import Database, repo
 from gpufleet.store.convert import (
     job_from_row,
@@ -41,7 +41,7 @@ from gpufleet.store.models import Base, JobRow, Token
 
 
 
-HEAD = "0004"  # the newest migration
+HEAD = "0005"  # the newest migration
 
 def submit(
     db: Database,
@@ -187,11 +187,15 @@ def test_teams_and_quotas_round_trip(db: Database) -> None:
     with db.session() as s:
         assert [t.name for t in repo.list_teams(s)] == ["adhoc", "nlp", "vision"]
         assert repo.team_quotas(s, "vision") == {"*": 2000, "A100-80GB": 8000}
+        grant = DEFAULT_PRIORITY_GRANT  # no grant set: up to "normal"
         assert repo.all_quotas(s) == [
-            Quota("adhoc"),
-            Quota("nlp", {"H100-80GB": 4000}, cohort="research"),
-            Quota("vision", {"*": 2000, "A100-80GB": 8000}, cohort="research", borrowing_limit_milli=4000, weight=2.0),
-        ]
+            Quota("adhoc", priority_classes=grant),
+            Quota("nlp", {"H100-80GB": 4000}, cohort="research", priority_classes=grant),
+            Quota(
+                "vision", {"*": 2000, "A100-80GB": 8000}, cohort="research", borrowing_limit_milli=4000, weight=2.0,
+                priority_classes=grant,
+            ),
+        ]  # fmt: skip
         # quotas None: left alone; {}: cleared
         t = repo.upsert_team(s, "vision", weight=3.0, now=5.0)
         assert (t.weight, t.cohort, t.created_at) == (3.0, None, 1.0)
@@ -697,12 +701,12 @@ def test_cli_db_upgrade_and_current(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "(empty)" in res.output and "needs 'gpufleet db upgrade'" in res.output
     res = runner.invoke(app, ["db", "upgrade", "--db", url])
     assert res.exit_code == 0, res.output
-    assert "upgraded (empty) → 0003" in " ".join(res.output.split())
+    assert f"upgraded (empty) → {HEAD}" in " ".join(res.output.split())
     res = runner.invoke(app, ["db", "upgrade", "--db", url])
-    assert res.exit_code == 0 and "already at 0003" in " ".join(res.output.split())
+    assert res.exit_code == 0 and f"already at {HEAD}" in " ".join(res.output.split())
     monkeypatch.setenv("GPUFLEET_DB", url)  # the default store
     res = runner.invoke(app, ["db", "current"])
-    assert res.exit_code == 0 and "0003 (head 0003; up to date)" in " ".join(res.output.split())
+    assert res.exit_code == 0 and f"{HEAD} (head {HEAD}; up to date)" in " ".join(res.output.split())
     res = runner.invoke(app, ["db", "upgrade", "--db", "postgresql+psycopg://u:pw@127.0.0.1:1/x"])
     assert res.exit_code == 2
     assert "cannot" in res.output and "u:***@" in res.output and ":pw@" not in res.output

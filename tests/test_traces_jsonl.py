@@ -14,6 +14,7 @@ from gpufleet.errors import TraceError
 from gpufleet.model.gpu import GPU_MODELS
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
+from gpufleet.sim.limits import MAX_CPU_MILLI, MAX_MEMORY_MIB, MAX_TIME_S
 from gpufleet.sim.traces.base import Trace, TraceJob
 from gpufleet.sim.traces.jsonl import dump_jsonl, iter_jsonl, load_jsonl, mig_profile, parse_jsonl
 
@@ -187,8 +188,8 @@ def test_several_errors_are_all_mentioned() -> None:
 
 _MIG_NAMES = sorted({p.name for m in GPU_MODELS.values() for p in m.mig_profiles})
 _text = st.text(max_size=12)
-_seconds = st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False)
-_positive = st.floats(min_value=1e-3, max_value=1e9, allow_nan=False, allow_infinity=False)
+_seconds = st.floats(min_value=0, max_value=MAX_TIME_S, allow_nan=False, allow_infinity=False)  # sim/limits.py
+_positive = st.floats(min_value=1e-3, max_value=MAX_TIME_S, allow_nan=False, allow_infinity=False)
 
 
 @st.composite
@@ -217,8 +218,8 @@ job_specs = st.builds(
     gpu=gpu_requests(),
     gpu_types=st.frozensets(st.sampled_from(list(GPU_MODELS)), max_size=3),
     min_gpu_memory_gib=st.floats(min_value=0, max_value=1e4, allow_nan=False),
-    cpu_milli=st.integers(0, 10**7),
-    memory_mib=st.integers(0, 10**8),
+    cpu_milli=st.integers(0, MAX_CPU_MILLI),
+    memory_mib=st.integers(0, MAX_MEMORY_MIB),
     preemptible=st.booleans(),
     checkpoint_interval_s=st.none() | _positive,
     max_runtime_s=st.none() | _positive,

@@ -32,9 +32,11 @@ def read_yaml_text(path: Path, source: str | None = None) -> tuple[Any, str]:
     """A YAML file's document and its text (to find a field's line in later errors)."""
     source = source or str(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror}", source=source) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not UTF-8 text (byte {e.start})", source=source) from None
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as e:

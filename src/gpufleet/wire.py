@@ -32,14 +32,79 @@ Errors are RFC 9457 problem documents (:class:`Problem`, ``application/problem+j
 
 from __future__ import annotations
 
+import posixpath
+import unicodedata
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 NAME = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"  # team / token names (DNS-label-like)
 PriorityClass = Literal["background", "low", "normal", "high", "urgent"]
+# A team's default grant of priority classes (members may submit with these; admins with any).
+DEFAULT_PRIORITY_CLASSES: tuple[str, ...] = ("background", "low", "normal")
+RUN_AS = r"^[a-z_][a-z0-9_-]{0,31}$"  # a POSIX user name (the Unix account jobs run as)
+
+# -- text and numbers a client may send ----------------------------------------------------------
+#
+# Input text never carries control characters: C0 (U+0000-U+001F), DEL, C1 (U+0080-U+009F) and the
+# bidirectional controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) are refused with a 422
+# naming the field. ``Printable`` (names, labels, GPU types, project/namespace/experiment) is
+# stricter still: printable characters only (``str.isprintable``: no format characters, no line or
+# paragraph separators). ``SafeText`` (command arguments, environment values) allows TAB, LF and
+# CR (multi-line ``sh -c`` and ``python -c`` scripts are common) and nothing else of the kind: a NUL
+# byte cannot reach ``execve``, an escape sequence cannot drive a terminal that shows the job.
+# ``AbsPath`` (``cwd``, ``checkpoint_dir``) is an absolute POSIX path with no ``..`` component,
+# normalized (``//`` and ``.`` removed). Numbers are strict: ``true`` is not 1 and ``"2"`` is not 2
+# (an integer is still a valid float).
+
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _is_control(ch: str) -> bool:
+    return unicodedata.category(ch) == "Cc" or ch in _BIDI
+
+
+def _bad_char(ch: str, index: int) -> ValueError:
+    return ValueError(f"contains the control character U+{ord(ch):04X} at index {index}")
+
+
+def _no_controls(allow_tab: bool) -> AfterValidator:
+    def check(v: str) -> str:
+        for i, ch in enumerate(v):
+            if _is_control(ch) and not (allow_tab and ch in "\t\n\r"):
+                raise _bad_char(ch, i)
+        return v
+
+    return AfterValidator(check)
+
+
+def _printable(v: str) -> str:
+    for i, ch in enumerate(v):
+        if not ch.isprintable():
+            if _is_control(ch):
+                raise _bad_char(ch, i)
+            raise ValueError(f"contains the non-printable character U+{ord(ch):04X} at index {i}")
+    return v
+
+
+def _abs_path(v: str) -> str:
+    if not v.startswith("/"):
+        raise ValueError("must be an absolute path (starting with /)")
+    if ".." in v.split("/"):
+        raise ValueError("must not contain '..' components")
+    return "/" + posixpath.normpath(v).lstrip("/")
+
+
+Printable = Annotated[str, AfterValidator(_printable)]
+"""Printable text only (names, labels): no control, format or separator characters."""
+SafeText = Annotated[str, _no_controls(allow_tab=True)]
+"""Free text such as a command argument: no control characters except TAB, LF and CR, no bidi controls."""
+NoControls = Annotated[str, _no_controls(allow_tab=False)]
+"""Text with no control characters at all (not even TAB) and no bidi controls."""
+AbsPath = Annotated[str, _no_controls(allow_tab=False), AfterValidator(_abs_path)]
+"""An absolute, normalized POSIX path without ``..`` components."""
 
 
 class Role(StrEnum):
@@ -60,34 +125,35 @@ class JobSubmit(_Wire):
     """A job to run. Exactly one GPU shape: ``gpus`` whole GPUs, or ``gpu_milli`` thousandths of
     one shared GPU, or one ``mig`` slice; or none of them (a CPU-only job)."""
 
-    command: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(min_length=1, max_length=1024)]
-    name: Annotated[str, Field(max_length=255)] = ""
+    command: Annotated[list[Annotated[SafeText, Field(max_length=4096)]], Field(min_length=1, max_length=1024)]
+    name: Annotated[Printable, Field(max_length=255)] = ""
     team: Annotated[str | None, Field(pattern=NAME)] = None  # default: the token's team
-    project: Annotated[str, Field(max_length=255)] = ""
-    namespace: Annotated[str, Field(max_length=255)] = "default"
-    experiment: Annotated[str, Field(max_length=255)] = ""
-    labels: Annotated[dict[Annotated[str, Field(max_length=63)], Annotated[str, Field(max_length=255)]], Field(
-        max_length=64
-    )] = Field(default_factory=dict)
+    project: Annotated[Printable, Field(max_length=255)] = ""
+    namespace: Annotated[Printable, Field(max_length=255)] = "default"
+    experiment: Annotated[Printable, Field(max_length=255)] = ""
+    labels: Annotated[
+        dict[Annotated[Printable, Field(max_length=63)], Annotated[Printable, Field(max_length=255)]],
+        Field(max_length=64),
+    ] = Field(default_factory=dict)
     priority: PriorityClass = "normal"
-    gpus: Annotated[int, Field(ge=0, le=64)] = 0
-    gpu_milli: Annotated[int | None, Field(ge=1, le=999)] = None
+    gpus: Annotated[int, Field(strict=True, ge=0, le=64)] = 0
+    gpu_milli: Annotated[int | None, Field(strict=True, ge=1, le=999)] = None
     mig: Annotated[str | None, Field(pattern=r"^[1-7]g\.[0-9]+gb$")] = None
-    gpu_types: Annotated[list[Annotated[str, Field(max_length=63)]], Field(max_length=16)] = Field(
+    gpu_types: Annotated[list[Annotated[Printable, Field(max_length=63)]], Field(max_length=16)] = Field(
         default_factory=list
     )
-    min_gpu_memory_gib: Annotated[float, Field(ge=0, le=4096)] = 0.0
-    cpu_milli: Annotated[int, Field(ge=0, le=1_024_000)] = 0
-    memory_mib: Annotated[int, Field(ge=0, le=64 * 1024 * 1024)] = 0
-    preemptible: bool = False
-    checkpoint_dir: Annotated[str | None, Field(max_length=4096)] = None
-    max_runtime_s: Annotated[float | None, Field(gt=0, le=366 * 86400)] = None
-    estimated_runtime_s: Annotated[float | None, Field(gt=0, le=366 * 86400)] = None
-    budget_usd: Annotated[float | None, Field(gt=0, le=1e9)] = None  # stop the job when its cost reaches this
+    min_gpu_memory_gib: Annotated[float, Field(strict=True, ge=0, le=4096)] = 0.0
+    cpu_milli: Annotated[int, Field(strict=True, ge=0, le=1_024_000)] = 0
+    memory_mib: Annotated[int, Field(strict=True, ge=0, le=64 * 1024 * 1024)] = 0
+    preemptible: bool = Field(default=False, strict=True)
+    checkpoint_dir: Annotated[AbsPath | None, Field(max_length=4096)] = None
+    max_runtime_s: Annotated[float | None, Field(strict=True, gt=0, le=366 * 86400)] = None
+    estimated_runtime_s: Annotated[float | None, Field(strict=True, gt=0, le=366 * 86400)] = None
+    budget_usd: Annotated[float | None, Field(strict=True, gt=0, le=1e9)] = None  # stop the job at this cost
     env: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=255)], Annotated[
-        str, Field(max_length=32768)
+        SafeText, Field(max_length=32768)
     ]], Field(max_length=256)] = Field(default_factory=dict)
-    cwd: Annotated[str | None, Field(max_length=4096)] = None
+    cwd: Annotated[AbsPath | None, Field(max_length=4096)] = None
 
     @model_validator(mode="after")
     def _one_gpu_shape(self) -> JobSubmit:
@@ -133,6 +199,7 @@ class JobOut(_Out):
     exit_code: int | None
     placement: list[Placement]
     cancel_requested: bool
+    run_as: str | None = None  # the Unix account it runs as (None: the server's own)
 
     @property
     def terminal(self) -> bool:
@@ -178,12 +245,18 @@ class NodeOut(_Out):
 
 
 class TeamIn(_Wire):
+    """A team's settings. ``run_as`` (the Unix account its jobs run as) and ``priority_classes``
+    (the classes its members may submit with) are left as they are when omitted; ``null`` clears
+    them (no account; the default grant, up to ``normal``)."""
+
     weight: Annotated[float, Field(gt=0, le=1e6)] = 1.0
     cohort: Annotated[str | None, Field(pattern=NAME)] = None
     borrowing_limit_gpus: Annotated[float | None, Field(ge=0, le=1e6)] = None
     quota_gpus: Annotated[dict[Annotated[str, Field(max_length=63)], Annotated[float, Field(ge=0, le=1e6)]], Field(
         max_length=64
     )] = Field(default_factory=dict)  # GPU model (or "*") → GPUs
+    run_as: Annotated[str | None, Field(pattern=RUN_AS)] = None
+    priority_classes: Annotated[list[PriorityClass] | None, Field(min_length=1, max_length=5)] = None
 
 
 class TeamOut(_Out):
@@ -193,6 +266,8 @@ class TeamOut(_Out):
     borrowing_limit_gpus: float | None
     quota_gpus: dict[str, float]
     used_gpus: dict[str, float]  # GPU model → GPUs held by running jobs now
+    run_as: str | None = None  # the Unix account its jobs run as (a token's own wins)
+    priority_classes: list[str] = Field(default_factory=lambda: list(DEFAULT_PRIORITY_CLASSES))  # granted
 
 
 class TokenCreate(_Wire):
@@ -200,6 +275,7 @@ class TokenCreate(_Wire):
     role: Role = Role.MEMBER
     name: Annotated[str, Field(max_length=127)] = ""
     expires_in_days: Annotated[float | None, Field(gt=0, le=3650)] = None
+    run_as: Annotated[str | None, Field(pattern=RUN_AS)] = None  # its own Unix account (wins over the team's)
 
 
 class TokenOut(_Out):
@@ -210,6 +286,7 @@ class TokenOut(_Out):
     created_at: datetime
     expires_at: datetime | None
     revoked: bool
+    run_as: str | None = None
 
 
 class TokenCreated(TokenOut):
@@ -305,11 +382,15 @@ class ThrottleIn(_Wire):
 class BudgetIn(_Wire):
     """A budget. ``scope``: ``all``, ``team:<name>``, ``project:<name>``, ``namespace:<name>``,
     ``experiment:<name>`` or ``label:<key>=<value>``. ``thresholds`` default to 50/80/100 %
-    (info/warning/critical). ``channels``: ``{"type": "webhook"|"slack"|"email"|"pagerduty", ...}``."""
+    (info/warning/critical). ``channels``: ``{"type": "webhook"|"slack"|"email"|"pagerduty", ...}``.
+    ``team``: the team the budget belongs to — required for a project, namespace, experiment or
+    label scope (only that team's jobs count against it; a project so owned is that team's only);
+    implied by ``team:<name>`` (may be given, equal); none for ``all``."""
 
     name: Annotated[str, Field(pattern=NAME)]
     scope: Annotated[str, Field(min_length=3, max_length=300)]
     limit_usd: Annotated[float, Field(gt=0, le=1e12)]
+    team: Annotated[str | None, Field(pattern=NAME)] = None
     period: Literal["monthly", "weekly", "custom"] = "monthly"
     timezone: Annotated[str, Field(max_length=63)] = "UTC"
     period_start: datetime | None = None  # custom periods
@@ -345,8 +426,11 @@ class BudgetOut(_Out):
     action: str
     throttle: ThrottleIn | None
     grace_s: float
-    channels: list[dict[str, object]]  # secrets (password, routing_key) shown as "***"
+    # admins: each channel, secrets (password, routing_key) shown as "***"; others: only
+    # {"type": kind, "target": masked} (URL scheme and host, a***@domain, routing key ***last4)
+    channels: list[dict[str, object]]
     enabled: bool
+    team: str | None = None  # the team the budget belongs to (None: cluster-wide, or unowned)
     anomaly_alerts: bool = False
     anomaly_threshold_pct: float = 20.0
     anomaly_floor_usd: float = 50.0
@@ -412,10 +496,11 @@ class ProgressIn(_Wire):
     """A running job's progress (``POST /v1/jobs/{id}/progress``): steps (or epochs) done of the planned
     total, and metrics (e.g. ``{"loss": 0.31}``) for plateau checks. The server stamps the time."""
 
-    step: Annotated[float | None, Field(ge=0, le=1e15)] = None
-    total_steps: Annotated[float | None, Field(gt=0, le=1e15)] = None
+    step: Annotated[float | None, Field(strict=True, ge=0, le=1e15)] = None
+    total_steps: Annotated[float | None, Field(strict=True, gt=0, le=1e15)] = None
     metrics: Annotated[
-        dict[Annotated[str, Field(max_length=63)], Annotated[float, Field(allow_inf_nan=False)]], Field(max_length=32)
+        dict[Annotated[Printable, Field(max_length=63)], Annotated[float, Field(strict=True, allow_inf_nan=False)]],
+        Field(max_length=32),
     ] = Field(default_factory=dict)
 
 

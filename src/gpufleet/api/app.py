@@ -2,6 +2,11 @@
 
 Endpoints doing store work are plain ``def`` (run in the threadpool, so a query never blocks the
 event loop); the auth dependency is ``async`` so a cached token costs no thread hop.
+
+A request body larger than ``ctx.max_body_bytes`` (default 1 MiB; the server setting
+``max_body_bytes``) is refused with a 413 problem (code ``payload_too_large``) by
+:class:`BodyLimitMiddleware`: at once when ``Content-Length`` says so, else as soon as the streamed
+(chunked) bytes pass the limit — the body is never buffered whole.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any
 import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import gpufleet
 from gpufleet.api import problems
@@ -60,6 +67,58 @@ WIRE_MODELS = (
 )
 
 
+class BodyTooLargeError(StarletteHTTPException):
+    """Raised from ``receive`` when a streamed body passes the limit (FastAPI re-raises HTTP errors,
+    so the problem handler answers it as a 413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, detail=_too_large(limit))
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is larger than the limit of {limit} bytes (max_body_bytes)"
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI middleware refusing request bodies over ``max_bytes`` with a 413 problem document:
+    by ``Content-Length`` before anything is read, and by counting the bytes of a body streamed
+    without one (``Transfer-Encoding: chunked``)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.strip().isdigit() and int(value) > limit:
+                response = problems.problem_response(
+                    413,
+                    "payload_too_large",
+                    _too_large(limit),
+                    instance=scope.get("path"),
+                    errors=[FieldError(field="body", message=_too_large(limit))],
+                    headers={"Connection": "close"},
+                )
+                await response(scope, receive, send)
+                return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLargeError(limit)
+            return message
+
+        await self.app(scope, counted, send)
+
+
 def _version() -> str:
     return str(getattr(gpufleet, "__version__", "0.1.0"))
 
@@ -90,6 +149,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.include_router(budgets.router)  # budgets: /v1/budgets
     app.include_router(system.v1)
     app.include_router(system.root)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=ctx.max_body_bytes)  # inside metrics: 413s are counted
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
 
     def openapi() -> dict[str, Any]:

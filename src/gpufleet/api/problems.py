@@ -125,7 +125,10 @@ def _loc(parts: Sequence[Any]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            text = str(part)
+            if not text.isprintable():  # e.g. a map key holding a control character: escaped, never raw
+                text = text.encode("unicode_escape").decode("ascii")
+            out += f".{text}" if out else text
     return out or "request"
 
 
@@ -194,6 +197,8 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 400 and detail == "There was an error parsing the body":
             code, detail = "malformed_json", "the request body is not valid UTF-8 JSON"
             errors.append(FieldError(field="body", message=detail))
+        elif exc.status_code == 413:  # the body limit (api/app.py): the body is the field at fault
+            errors.append(FieldError(field="body", message=detail))
         headers = dict(exc.headers or {})
         return problem_response(
             exc.status_code, code, detail, instance=request.url.path, errors=errors, headers=headers or None
@@ -222,6 +227,9 @@ def document_problems(schema: dict[str, Any]) -> dict[str, Any]:
                 continue
             if "requestBody" in op:
                 op["responses"].setdefault("400", {"description": "The body is not valid JSON"})
+                op["responses"].setdefault(
+                    "413", {"description": "The body is larger than the server's limit (setting max_body_bytes)"}
+                )
             for status, resp in op["responses"].items():
                 if status.isdigit() and int(status) >= 400:
                     resp["content"] = {PROBLEM_JSON: {"schema": ref}}

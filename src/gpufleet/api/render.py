@@ -60,6 +60,7 @@ def job_out(row: JobRow) -> JobOut:
         exit_code=row.exit_code,
         placement=placement(row.placement),
         cancel_requested=bool(row.cancel_requested),
+        run_as=row.run_as,
     )
 
 
@@ -76,4 +77,5 @@ def token_out(row: Token) -> TokenOut:
         created_at=ts(row.created_at),
         expires_at=ts_or_none(row.expires_at),
         revoked=row.revoked_at is not None,
+        run_as=row.run_as,
     )

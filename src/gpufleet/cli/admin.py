@@ -22,6 +22,7 @@ from gpufleet.cli.render import (
     tokens_table,
     usage_table,
 )
+from gpufleet.model.job import PRIORITY_CLASSES
 from gpufleet.sdk.errors import NotFound
 from gpufleet.wire import Role, TeamIn
 
@@ -50,6 +51,17 @@ def parse_quota(items: list[str] | None) -> dict[str, float | None]:
             raise bad_option("--quota", f"{item!r}: the number of GPUs must be 0 or more")
         out[model] = gpus
     return out
+
+
+def parse_priority_classes(value: str | None) -> list[str] | None:
+    """``normal,high`` → the list; ``default`` (or ``none``) → None: the default grant."""
+    if value is None or value.strip().lower() in (*NONE_WORDS, "default"):
+        return None
+    classes = [c.strip() for c in value.split(",") if c.strip()]
+    unknown = [c for c in classes if c not in PRIORITY_CLASSES]
+    if unknown:
+        raise bad_option("--priority-classes", f"unknown class {unknown[0]!r} (known: {', '.join(PRIORITY_CLASSES)})")
+    return classes
 
 
 @team_app.command("ls")
@@ -95,12 +107,25 @@ def team_set(
     borrowing_limit: Annotated[
         str | None, typer.Option("--borrowing-limit", help="GPUs it may borrow from its cohort ('none': no limit)")
     ] = None,
+    run_as: Annotated[
+        str | None,
+        typer.Option("--run-as", help="the Unix account its jobs run as ('none' clears it)", show_default=False),
+    ] = None,
+    priority_classes: Annotated[
+        str | None,
+        typer.Option(
+            "--priority-classes",
+            help="classes its members may submit with, e.g. normal,high ('default': background,low,normal)",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Create a team or change it (admin). Only the options given change; quotas merge per model."""
     changes = parse_quota(quota)
+    grant = parse_priority_classes(priority_classes)
     limit: float | None = None
     if borrowing_limit is not None and borrowing_limit.strip().lower() not in NONE_WORDS:
         try:
@@ -133,6 +158,13 @@ def team_set(
             base["cohort"] = None if cohort.strip().lower() in NONE_WORDS else cohort
         if borrowing_limit is not None:
             base["borrowing_limit_gpus"] = limit
+        # left out unless given: the server keeps the team's account and grant
+        base.pop("run_as", None)
+        base.pop("priority_classes", None)
+        if run_as is not None:
+            base["run_as"] = None if run_as.strip().lower() in NONE_WORDS else run_as.strip()
+        if priority_classes is not None:
+            base["priority_classes"] = grant
         team = client.set_team(name, **base)
     if as_json:
         emit_json(team)
@@ -150,13 +182,17 @@ def token_create(
     expires_in_days: Annotated[
         float | None, typer.Option("--expires-in-days", help="default: never", show_default=False)
     ] = None,
+    run_as: Annotated[
+        str | None,
+        typer.Option("--run-as", help="its own Unix account for its jobs (default: the team's)", show_default=False),
+    ] = None,
     as_json: JsonOpt = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Create a token and print its secret — the only time it is shown."""
     with jobs.make_client(url, token) as client:
-        created = client.create_token(team, role, name, expires_in_days)
+        created = client.create_token(team, role, name, expires_in_days, run_as=run_as)
     if as_json:
         emit_json(created)
         return

@@ -75,6 +75,10 @@ def create(
         str, typer.Option("--scope", help="all | team:X | project:X | namespace:X | experiment:X | label:k=v")
     ],
     limit: Annotated[float, typer.Option("--limit", help="USD per period")],
+    team: Annotated[
+        str | None,
+        typer.Option("--team", help="the team the budget belongs to (required for project/namespace/experiment/label)"),
+    ] = None,
     period: Annotated[str, typer.Option("--period", help="monthly | weekly | custom")] = "monthly",
     timezone: Annotated[str, typer.Option("--timezone", help="IANA zone periods start in")] = "UTC",
     start: Annotated[str | None, typer.Option("--start", help="custom period start (ISO 8601)")] = None,
@@ -110,6 +114,7 @@ def create(
     fields: dict[str, Any] = {
         "name": name,
         "scope": scope,
+        "team": team,
         "limit_usd": limit,
         "period": period,
         "timezone": timezone,
@@ -146,6 +151,7 @@ def _print_budget(b: BudgetOut) -> None:
     ths = ", ".join(f"{t.percent:g}% {t.severity}" for t in b.thresholds)
     console.print(
         f"[bold]{escape(b.name)}[/] ({b.id}) — {escape(b.scope)}, ${b.limit_usd:,.2f} {b.period} ({b.timezone})"
+        + (f", team {escape(b.team)}" if b.team and not b.scope.startswith("team:") else "")
     )
     console.print(f"  action: {b.action}" + (f" {b.throttle.model_dump(exclude_defaults=True)}" if b.throttle else ""))
     if b.grace_s:

@@ -42,6 +42,7 @@ from gpufleet.errors import (
 )
 from gpufleet.sdk.errors import ServerUnavailable, WaitTimeout
 from gpufleet.wire import (
+    DEFAULT_PRIORITY_CLASSES,
     CostLineOut,
     JobEventOut,
     JobOut,
@@ -314,8 +315,14 @@ def _gpu_map(m: dict[str, float]) -> str:
 
 
 def teams_table(teams: Iterable[TeamOut]) -> Table:
-    t = _table(None, ["NAME", "WEIGHT", "COHORT", "BORROW LIMIT", "QUOTA (GPUs)", "USED (GPUs)"])
+    teams = list(teams)
+    default_grant = list(DEFAULT_PRIORITY_CLASSES)
+    # accounts and grants only when some team has them (a laptop's table stays narrow)
+    owners = any(team.run_as or team.priority_classes != default_grant for team in teams)
+    extra = ["RUN AS", "PRIORITIES"] if owners else []
+    t = _table(None, ["NAME", "WEIGHT", "COHORT", "BORROW LIMIT", "QUOTA (GPUs)", "USED (GPUs)", *extra])
     for team in teams:
+        cells = [escape(team.run_as or "–"), ",".join(team.priority_classes)] if owners else []
         t.add_row(
             team.name,
             f"{team.weight:g}",
@@ -323,13 +330,16 @@ def teams_table(teams: Iterable[TeamOut]) -> Table:
             "–" if team.borrowing_limit_gpus is None else f"{team.borrowing_limit_gpus:g}",
             _gpu_map(team.quota_gpus),
             _gpu_map(team.used_gpus),
+            *cells,
         )
     return t
 
 
 def tokens_table(tokens: Iterable[TokenOut]) -> Table:
     now = _now()
-    t = _table(None, ["ID", "NAME", "TEAM", "ROLE", "CREATED", "EXPIRES", "STATUS"])
+    tokens = list(tokens)
+    accounts = any(tok.run_as for tok in tokens)
+    t = _table(None, ["ID", "NAME", "TEAM", "ROLE", *(["RUN AS"] if accounts else []), "CREATED", "EXPIRES", "STATUS"])
     for tok in tokens:
         expired = tok.expires_at is not None and tok.expires_at <= now
         status = "revoked" if tok.revoked else "expired" if expired else "active"
@@ -338,6 +348,7 @@ def tokens_table(tokens: Iterable[TokenOut]) -> Table:
             escape(tok.name) or "–",
             tok.team,
             str(tok.role.value),
+            *([escape(tok.run_as or "–")] if accounts else []),
             ago(tok.created_at, now),
             "never" if tok.expires_at is None else f"{tok.expires_at:%Y-%m-%d}",
             status,

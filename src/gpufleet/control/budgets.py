@@ -50,6 +50,7 @@ from gpufleet.cost.budgets import (
     last_complete_day,
     limit_severity,
 )
+from gpufleet.errors import PermissionDeniedError
 from gpufleet.notify.channels import deliver
 from gpufleet.notify.outbox import DispatchStats, Outbox, Sender
 from gpufleet.store import budgets_repo
@@ -122,6 +123,17 @@ def check_anomaly(s: Session, budget: Budget, now: float) -> BudgetAlertRow | No
     return budgets_repo.insert_anomaly_alert(s, budget, day, found, now=now)
 
 
+def check_project(s: Session, project: str, team: str) -> None:
+    """Refuse (:class:`PermissionDeniedError`, a 403) a job of ``team`` tagged with a project that
+    another team owns through its budget: a team's project budget is that team's to spend."""
+    owner = budgets_repo.project_owner(s, project)
+    if owner is not None and owner.team != team:
+        raise PermissionDeniedError(
+            f"project '{project}' belongs to team '{owner.team}': a job of team '{team}' cannot be "
+            "charged to it (use a project of your own team, or ask an admin)"
+        )
+
+
 def check_submission(
     s: Session,
     fields: Mapping[str, Any],
@@ -141,7 +153,12 @@ def check_submission(
     limit for less than ``grace_s``) the job is let in: the team was alerted and gets that long to
     react. The first refusal in a period records the limit crossing, which starts the window.
     A replay of an idempotent submit that already created its job is not checked again.
+
+    First, a job tagged with a project another team owns through its budget is refused
+    (:func:`check_project`).
     """
+    if not budgets_repo.key_used(s, submitted_by, idempotency_key):
+        check_project(s, str(fields.get("project", "")), team)
     labels = fields.get("labels") or {}
     rows = budgets_repo.budgets_covering(
         s,
@@ -253,7 +270,12 @@ class BudgetService:
         """:func:`check_anomaly` unless this budget's last complete day was already judged with its
         current scope and settings (a failed check is retried at the next evaluation)."""
         day = last_complete_day(now, budget.timezone)
-        key = (day.start, str(budget.scope), budget.anomaly_threshold_pct, budget.anomaly_floor_usd)
+        key = (
+            day.start,
+            f"{budget.scope}@{budget.scope.owner}",
+            budget.anomaly_threshold_pct,
+            budget.anomaly_floor_usd,
+        )
         if self._anomaly_checked.get(budget.id) == key:
             return
         try:

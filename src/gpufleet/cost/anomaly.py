@@ -206,10 +206,12 @@ def _action(causes: Sequence[Cause], increase: float) -> tuple[str, float]:
 class KeyFilter:
     """Only the ledger rows whose ``dimension`` key passes ``match`` count, in the totals and as
     causes: a budget's scope (``team`` = "vision", ``label:cost-center`` = "42", every row for
-    ``all``). Idle capacity is never a row, so a filtered total is attributed spend only."""
+    ``all``). Idle capacity is never a row, so a filtered total is attributed spend only.
+    ``team``: also only that team's rows (a team-owned project or label scope)."""
 
     dimension: str
     match: Callable[[str], bool]
+    team: str | None = None
 
 
 def scan_ledger(
@@ -244,9 +246,12 @@ def scan_ledger(
             dims = ("team", *dims)
         where = KeyFilter("team", lambda k: k == team)
     group = dims if where is None or where.dimension in dims else (*dims, where.dimension)
+    if where is not None and where.team is not None and "team" not in group:
+        group = (*group, "team")
     per_dim: list[dict[str, dict[int, float]]] = [{} for _ in dims]
     totals = np.zeros(days)
     f_idx = -1 if where is None else group.index(where.dimension)
+    t_idx = -1 if where is None or where.team is None else group.index("team")
     for d in range(days):
         ws = first_day_start + 86400.0 * d
         alloc = allocate(ledger, ws, ws + 86400.0, group, as_of=as_of)
@@ -254,6 +259,8 @@ def scan_ledger(
             totals[d] = float(alloc.totals.total_cost_usd)
         for row in alloc.rows:
             if where is not None and not where.match(row.key[f_idx]):
+                continue
+            if where is not None and where.team is not None and row.key[t_idx] != where.team:
                 continue
             v = float(row.total_cost_usd)
             if where is not None:

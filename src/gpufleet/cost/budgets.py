@@ -43,6 +43,9 @@ from gpufleet.scheduling.framework import Code, Status
 from gpufleet.scheduling.snapshot import CAPACITY_CODE
 
 SCOPE_KINDS: Final = ("all", "team", "project", "namespace", "experiment", "label")
+# Scopes that a team owns through its budget (``Scope.owner``): only that team's jobs count against
+# it. ``team`` scopes are owned by their team by definition; ``all`` is the cluster's.
+OWNED_SCOPE_KINDS: Final = ("project", "namespace", "experiment", "label")
 PERIODS: Final = ("monthly", "weekly", "custom")
 ACTIONS: Final = ("alert", "throttle", "block")
 SEVERITIES: Final = ("info", "warning", "critical")
@@ -78,14 +81,22 @@ DEFAULT_THRESHOLDS: Final = (Threshold(50.0, "info"), Threshold(80.0, "warning")
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """Which jobs a budget covers. ``value`` is ``""`` for ``all`` and ``key=value`` for ``label``."""
+    """Which jobs a budget covers. ``value`` is ``""`` for ``all`` and ``key=value`` for ``label``.
+
+    ``owner``: the team that owns a project, namespace, experiment or label scope (its budget's
+    team); only that team's jobs are in the scope, so another team tagging a job with the same
+    project or label never spends (or exhausts) the owner's budget. ``""``: no owner (every team's
+    jobs, as budgets stored before owners were recorded)."""
 
     kind: str
     value: str = ""
+    owner: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in SCOPE_KINDS:
             raise InputError(f"unknown scope '{self.kind}' (known: {', '.join(SCOPE_KINDS)})", field="scope")
+        if self.owner and self.kind not in OWNED_SCOPE_KINDS:
+            raise InputError(f"a '{self.kind}' scope has no owning team", field="team")
         if self.kind == "all":
             if self.value:
                 raise InputError("scope 'all' takes no value", field="scope")
@@ -125,6 +136,8 @@ class Scope:
             return True
         if kind == "team":
             return team == self.value
+        if self.owner and team != self.owner:
+            return False
         if kind == "project":
             return project == self.value
         if kind == "namespace":
@@ -151,12 +164,44 @@ class Scope:
         return self.kind
 
     def matches_key(self, key: str) -> bool:
-        """Does a ledger row keyed by :attr:`aggregate` belong to this scope?"""
+        """Does a ledger row keyed by :attr:`aggregate` belong to this scope (its owner aside)?"""
         if self.kind == "all":
             return True
         if self.kind == "label":
             return key == self.label[1]
         return key == self.value
+
+    @property
+    def aggregates(self) -> tuple[str, ...]:
+        """The ledger aggregates that find this scope's rows: :attr:`aggregate`, after ``team``
+        for an owned scope."""
+        return ("team", self.aggregate) if self.owner else (self.aggregate,)
+
+    def matches(self, key: Sequence[str]) -> bool:
+        """Does a ledger row keyed by :attr:`aggregates` belong to this scope?"""
+        if self.owner:
+            return key[0] == self.owner and self.matches_key(key[1])
+        return self.matches_key(key[0])
+
+    @property
+    def team(self) -> str | None:
+        """The team owning the scope (its own team for ``team:X``; None for ``all`` and unowned)."""
+        if self.kind == "team":
+            return self.value
+        return self.owner or None
+
+
+def owned_scope(scope: Scope, team: str | None) -> Scope:
+    """``scope`` owned by ``team``: a ``team:X`` scope must name X (or no team), ``all`` none."""
+    if not team:
+        return scope
+    if scope.kind == "team":
+        if team != scope.value:
+            raise InputError(f"a budget on scope '{scope}' belongs to team '{scope.value}', not '{team}'", field="team")
+        return scope
+    if scope.kind == "all":
+        raise InputError("a cluster-wide budget (scope 'all') belongs to no team", field="team")
+    return Scope(scope.kind, scope.value, team)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +309,11 @@ class Budget:
     def period_at(self, t: float) -> Period:
         return period_at(self.period, t, self.timezone, self.period_start, self.period_end)
 
+    @property
+    def team(self) -> str | None:
+        """The team the budget belongs to (see :attr:`Scope.team`)."""
+        return self.scope.team
+
     def covers_job(self, job: Job) -> bool:
         return self.scope.covers_job(job)
 
@@ -281,6 +331,7 @@ def make_budget(
     name: str,
     scope: str | Scope,
     limit_usd: float,
+    team: str | None = None,
     period: str = "monthly",
     timezone: str = "UTC",
     period_start: float | None = None,
@@ -296,7 +347,8 @@ def make_budget(
     anomaly_floor_usd: float = DEFAULT_ANOMALY_FLOOR_USD,
 ) -> Budget:
     """A :class:`Budget` from plain values (API bodies, store rows), errors naming the field
-    (``thresholds[1].severity``)."""
+    (``thresholds[1].severity``). ``team``: the team owning a project, namespace, experiment or
+    label scope (see :class:`Scope`); for ``team:X`` it may only be X."""
     ths: list[Threshold] = []
     for i, t in enumerate(DEFAULT_THRESHOLDS if thresholds is None else thresholds):
         if isinstance(t, Threshold):
@@ -308,7 +360,7 @@ def make_budget(
             raise InputError("a threshold needs a percent", field=f"thresholds[{i}].percent") from None
         except InputError as e:
             raise InputError(e.message.split(": ", 1)[-1], field=f"thresholds[{i}]") from None
-    sc = scope if isinstance(scope, Scope) else Scope.parse(scope)
+    sc = owned_scope(scope if isinstance(scope, Scope) else Scope.parse(scope), team)
     th = throttle if isinstance(throttle, Throttle) else Throttle.from_json(throttle)
     return Budget(
         id=id,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ANY_GPU = "*"
+# A team's grant when none was set: the classes up to "normal" (an admin grants "high"/"urgent").
+DEFAULT_PRIORITY_GRANT: tuple[str, ...] = ("background", "low", "normal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +21,9 @@ class Quota:
     cohort: str | None = None
     borrowing_limit_milli: int | None = None  # None: may borrow all idle cohort quota
     weight: float = 1.0  # fair-share weight
+    # Priority classes the team's members may submit with (None: any). Another team may preempt the
+    # team's jobs within its nominal quota only with a strictly higher class the team could use too.
+    priority_classes: tuple[str, ...] | None = None
 
     def nominal_for(self, gpu_model: str) -> int | None:
         """Nominal milli-GPU for a model; None when the team has no quota entry for it."""

@@ -180,8 +180,44 @@ def validate_channels(channels: Sequence[Mapping[str, Any]], where: str = "chann
 
 
 def masked(channel: Mapping[str, Any]) -> dict[str, Any]:
-    """The channel's JSON with its secrets (password, routing key) hidden, for display."""
+    """The channel's JSON with its secrets (password, routing key) hidden, for display to admins."""
     return {k: ("***" if k in SECRET_FIELDS and v else v) for k, v in channel.items()}
+
+
+def _masked_url(value: Any) -> str:
+    """Scheme and host only: no user:password@, path, query or fragment (``https://host/…``)."""
+    parts = urlsplit(value if isinstance(value, str) else "")
+    host = parts.hostname or ""
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.scheme or not host:
+        return "…"
+    return f"{parts.scheme}://{host}{'' if port is None else f':{port}'}/…"
+
+
+def _masked_address(value: Any) -> str:
+    """``a***@example.com``: the first character of the local part and the domain."""
+    local, at, domain = str(value).strip().rpartition("@")
+    return f"{local[:1]}***@{domain}" if at else "***"
+
+
+def public_channel(channel: Mapping[str, Any]) -> dict[str, Any]:
+    """What a non-admin sees of a channel: its kind and a masked target — a URL's scheme and host,
+    recipients as ``a***@example.com``, the last 4 characters of a PagerDuty routing key. Never a
+    path, query, user:password@, header, SMTP host, login or password."""
+    kind = str(channel.get("type", ""))
+    if kind == "email":
+        to = channel.get("to")
+        recipients = [to] if isinstance(to, str) else list(to) if isinstance(to, Sequence) else []
+        target = ", ".join(_masked_address(a) for a in recipients) or "***"
+    elif kind == "pagerduty":
+        key = str(channel.get("routing_key") or "")
+        target = f"routing key ***{key[-4:]}" if len(key) >= 16 else "routing key ***"
+    else:
+        target = _masked_url(channel.get("url"))
+    return {"type": kind, "target": target}
 
 
 # -- payloads -------------------------------------------------------------------------------------------

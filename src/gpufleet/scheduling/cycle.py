@@ -323,9 +323,46 @@ class Scheduler:
             taken.append(a)
         return tuple(taken)
 
+    def _outranks(self, job: Job, victim: Job, gpu_type: str) -> bool:
+        """May ``job`` preempt ``victim`` by priority? A strictly higher base class and a preemptible
+        victim; across teams, when the victim's team is within its nominal quota of the type, only
+        with a class that team was granted too (its guaranteed quota is not taken by a class it could
+        not use itself). A team without a quota, or one borrowing the type, has no such guarantee."""
+        if not (victim.priority < job.priority and victim.spec.preemptible):
+            return False
+        if victim.team == job.team:
+            return True
+        q = self.quotas.quotas.get(victim.team)
+        if q is None or q.priority_classes is None or job.spec.priority_class in q.priority_classes:
+            return True
+        return self.quotas.is_borrowing(victim.team, gpu_type, self.usage)
+
+    def _takes_guaranteed(self, job: Job, victims: Iterable[RunningJob]) -> bool:
+        """Would ``victims`` take another team below its nominal quota when only its borrowing made
+        them fair game? Whole jobs stop, so the last one may cross the line — but every other one
+        must fit within what the team borrows."""
+        taken: dict[tuple[str, str], list[int]] = {}
+        for rj in victims:
+            v = rj.job
+            if v.team == job.team:
+                continue
+            q = self.quotas.quotas.get(v.team)
+            if q is None:
+                continue  # no quota, nothing guaranteed
+            granted = q.priority_classes is None or job.spec.priority_class in q.priority_classes
+            if granted and v.priority < job.priority and v.spec.preemptible:
+                continue  # outranked by a class the team may use itself
+            taken.setdefault((v.team, rj.gpu_type), []).append(sum(a.milli * len(a.gpus) for a in rj.assignments))
+        for (team, gpu_type), helds in taken.items():
+            borrowed = self.usage.held(team, gpu_type) - (self.quotas.nominal(team, gpu_type) or 0)
+            if borrowed <= 0 or sum(helds) - max(helds) >= borrowed:
+                return True
+        return False
+
     def _victim_filter(self, job: Job, snap: ClusterSnapshot, within_nominal: np.ndarray | None) -> VictimFilter:
-        """Who ``job`` may preempt: lower base priority and preemptible; or, when it would stay
-        within its nominal quota of a GPU type, jobs of cohort members borrowing that type."""
+        """Who ``job`` may preempt: lower base priority and preemptible (across teams, see
+        :meth:`_outranks`); or, when it would stay within its nominal quota of a GPU type, jobs of
+        cohort members borrowing that type."""
         by_priority = f"preempted by higher-priority job {job.id} ({job.spec.priority_class})"
         by_reclaim = f"quota reclaimed by team {job.team} (job {job.id})"
         borrowers: dict[str, set[str]] = {}  # GPU type → cohort members borrowing it
@@ -339,7 +376,7 @@ class Scheduler:
 
         def may(rj: RunningJob) -> str | None:
             v = rj.job
-            if v.priority < priority and v.spec.preemptible:
+            if v.priority < priority and v.spec.preemptible and self._outranks(job, v, rj.gpu_type):
                 return by_priority
             teams = borrowers.get(rj.gpu_type)
             if teams and v.team in teams:
@@ -368,6 +405,8 @@ class Scheduler:
         )
         if plan is None:
             return Status(Code.UNSCHEDULABLE, "no preemption frees enough room")
+        if self._takes_guaranteed(job, plan.victims):
+            return Status(Code.UNSCHEDULABLE, "preemption would take another team's guaranteed quota")
         victims = set()
         for rj, why in zip(plan.victims, plan.reasons, strict=True):
             self.graph.add(job.id, rj.job.id)

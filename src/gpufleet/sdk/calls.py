@@ -180,10 +180,23 @@ def _team_in(team: TeamIn | None, fields: Mapping[str, Any]) -> TeamIn:
         if team is None:
             return TeamIn.model_validate(dict(fields))
         if fields:
-            return TeamIn.model_validate({**team.model_dump(), **fields})
+            return TeamIn.model_validate({**team.model_dump(exclude=_team_kept(team)), **fields})
         return team
     except ValidationError as e:
         raise input_error_from(e) from None
+
+
+# TeamIn fields the server leaves as they are when the body omits them (null clears them)
+_KEPT_UNLESS_GIVEN = frozenset({"run_as", "priority_classes"})
+
+
+def _team_kept(team: TeamIn) -> set[str]:
+    return set(_KEPT_UNLESS_GIVEN - team.model_fields_set)
+
+
+def _team_body(team: TeamIn) -> dict[str, Any]:
+    """The PUT body: every field, except ``run_as``/``priority_classes`` when not given (kept)."""
+    return team.model_dump(mode="json", exclude=_team_kept(team))
 
 
 def _usage_call(
@@ -202,14 +215,17 @@ def _usage_call(
     return _Call("GET", f"{API_PREFIX}/usage", _model(UsageReport), params=params)
 
 
-def _token_call(team: str, role: Role | str, name: str, expires_in_days: float | None) -> _Call[TokenCreated]:
+def _token_call(
+    team: str, role: Role | str, name: str, expires_in_days: float | None, run_as: str | None = None
+) -> _Call[TokenCreated]:
     try:
-        body = TokenCreate(team=team, role=Role(role), name=name, expires_in_days=expires_in_days)
+        body = TokenCreate(team=team, role=Role(role), name=name, expires_in_days=expires_in_days, run_as=run_as)
     except ValueError as e:  # ValidationError is a ValueError; so is an unknown role
         if isinstance(e, ValidationError):
             raise input_error_from(e) from None
         raise InputError(f"unknown role {role!r} (admin, member or viewer)", field="role") from None
-    return _Call("POST", f"{API_PREFIX}/tokens", _model(TokenCreated), json=body.model_dump(mode="json"))
+    json = body.model_dump(mode="json", exclude={"run_as"} if run_as is None else None)
+    return _Call("POST", f"{API_PREFIX}/tokens", _model(TokenCreated), json=json)
 
 
 class _LineSplitter:

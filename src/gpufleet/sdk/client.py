@@ -50,6 +50,7 @@ from gpufleet.sdk.calls import (
     _roi_call,
     _spend_call,
     _submit_call,
+    _team_body,
     _team_in,
     _token_call,
     _usage_call,
@@ -294,15 +295,24 @@ class Client:
         return self._do(_Call("GET", f"{API_PREFIX}/teams/{quote(name, safe='')}", _model(TeamOut)))
 
     def set_team(self, name: str, team: TeamIn | None = None, /, **fields: Any) -> TeamOut:
-        """Create or replace a team (admin). Fields not given take :class:`TeamIn`'s defaults."""
-        body = _team_in(team, fields).model_dump(mode="json")
+        """Create or replace a team (admin). Fields not given take :class:`TeamIn`'s defaults, except
+        ``run_as`` (its jobs' Unix account) and ``priority_classes`` (granted to its members), which
+        stay as they are unless given (``None`` clears them)."""
+        body = _team_body(_team_in(team, fields))
         return self._do(_Call("PUT", f"{API_PREFIX}/teams/{quote(name, safe='')}", _model(TeamOut), json=body))
 
     def create_token(
-        self, team: str, role: Role | str = Role.MEMBER, name: str = "", expires_in_days: float | None = None
+        self,
+        team: str,
+        role: Role | str = Role.MEMBER,
+        name: str = "",
+        expires_in_days: float | None = None,
+        *,
+        run_as: str | None = None,
     ) -> TokenCreated:
-        """A new token (admin); its secret (``.token``) is returned this once and never again."""
-        return self._do(_token_call(team, role, name, expires_in_days))
+        """A new token (admin); its secret (``.token``) is returned this once and never again.
+        ``run_as``: the token's own Unix account for its jobs (wins over the team's)."""
+        return self._do(_token_call(team, role, name, expires_in_days, run_as))
 
     def tokens(self) -> builtins.list[TokenOut]:
         return self._do(_Call("GET", f"{API_PREFIX}/tokens", _models(TokenOut)))
@@ -592,13 +602,19 @@ class AsyncClient:
         return await self._do(_Call("GET", f"{API_PREFIX}/teams/{quote(name, safe='')}", _model(TeamOut)))
 
     async def set_team(self, name: str, team: TeamIn | None = None, /, **fields: Any) -> TeamOut:
-        body = _team_in(team, fields).model_dump(mode="json")
+        body = _team_body(_team_in(team, fields))
         return await self._do(_Call("PUT", f"{API_PREFIX}/teams/{quote(name, safe='')}", _model(TeamOut), json=body))
 
     async def create_token(
-        self, team: str, role: Role | str = Role.MEMBER, name: str = "", expires_in_days: float | None = None
+        self,
+        team: str,
+        role: Role | str = Role.MEMBER,
+        name: str = "",
+        expires_in_days: float | None = None,
+        *,
+        run_as: str | None = None,
     ) -> TokenCreated:
-        return await self._do(_token_call(team, role, name, expires_in_days))
+        return await self._do(_token_call(team, role, name, expires_in_days, run_as))
 
     async def tokens(self) -> builtins.list[TokenOut]:
         return await self._do(_Call("GET", f"{API_PREFIX}/tokens", _models(TokenOut)))

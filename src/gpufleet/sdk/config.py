@@ -90,6 +90,8 @@ def resolve_url(explicit: str | None = None) -> str:
         return DEFAULT_URL
     except OSError as e:
         raise ConfigError(f"cannot read it: {e.strerror}", source=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError as e:
@@ -117,6 +119,8 @@ def resolve_token(explicit: str | None = None) -> str | None:
         text = path.read_text(encoding="utf-8").strip()
     except (FileNotFoundError, PermissionError, IsADirectoryError):
         return None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
     if os.name == "posix" and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         warnings.warn(
             f"{path} is readable by other users (mode {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {path}",

@@ -7,6 +7,10 @@ Example::
     pools:                       # autoscaled node pools
       - {name: spot-a100, gpu_model: A100-80GB, gpus: 8, cpu: 96, memory_gib: 1024,
          capacity_type: spot, min_nodes: 0, max_nodes: 20, provisioning_delay_s: 180}
+
+Sizes are bounded by :mod:`gpufleet.sim.limits`: GPUs, CPU and memory per node, a group's ``count``
+and a pool's node counts, all static nodes plus every pool's ``max_nodes`` (``MAX_NODES``), the
+number of groups and pools, and the provisioning delay.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gpufleet.config import load_model
 from gpufleet.model.gpu import canonical_gpu_name
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
+from gpufleet.sim.limits import MAX_CPU_MILLI, MAX_GPUS_PER_NODE, MAX_MEMORY_MIB, MAX_NODES, MAX_POOLS, MAX_TIME_S
+
+_MAX_CORES = MAX_CPU_MILLI / 1000
+_MAX_GIB = MAX_MEMORY_MIB / 1024
 
 
 class _Strict(BaseModel):
@@ -37,12 +45,12 @@ def _gpu(v: str) -> str:
 
 class NodeGroup(_Strict):
     name: str = "node"
-    count: int = Field(1, ge=0)
+    count: int = Field(1, ge=0, le=MAX_NODES)
     pool: str = "static"
     gpu_model: str = ""
-    gpus: int = Field(0, ge=0, le=64)
-    cpu: float = Field(..., gt=0, description="cores")
-    memory_gib: float = Field(..., gt=0)
+    gpus: int = Field(0, ge=0, le=MAX_GPUS_PER_NODE)
+    cpu: float = Field(..., gt=0, le=_MAX_CORES, description="cores")
+    memory_gib: float = Field(..., gt=0, le=_MAX_GIB)
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     hourly_price_usd: float | None = Field(None, ge=0)
     sharing: SharingMode = SharingMode.SHARED
@@ -77,15 +85,15 @@ class NodeGroup(_Strict):
 class PoolSpec(_Strict):
     name: str
     gpu_model: str = ""
-    gpus: int = Field(0, ge=0, le=64)
-    cpu: float = Field(..., gt=0)
-    memory_gib: float = Field(..., gt=0)
+    gpus: int = Field(0, ge=0, le=MAX_GPUS_PER_NODE)
+    cpu: float = Field(..., gt=0, le=_MAX_CORES)
+    memory_gib: float = Field(..., gt=0, le=_MAX_GIB)
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     hourly_price_usd: float | None = Field(None, ge=0)
-    min_nodes: int = Field(0, ge=0)
-    max_nodes: int = Field(10, ge=0)
-    initial_nodes: int = Field(0, ge=0)
-    provisioning_delay_s: float = Field(180.0, ge=0)
+    min_nodes: int = Field(0, ge=0, le=MAX_NODES)
+    max_nodes: int = Field(10, ge=0, le=MAX_NODES)
+    initial_nodes: int = Field(0, ge=0, le=MAX_NODES)
+    provisioning_delay_s: float = Field(180.0, ge=0, le=MAX_TIME_S)
     sharing: SharingMode = SharingMode.SHARED
     labels: dict[str, str] = Field(default_factory=dict)
 
@@ -118,11 +126,14 @@ class PoolSpec(_Strict):
 
 
 class ClusterSpec(_Strict):
-    nodes: list[NodeGroup] = Field(default_factory=list)
-    pools: list[PoolSpec] = Field(default_factory=list)
+    nodes: list[NodeGroup] = Field(default_factory=list, max_length=MAX_POOLS)
+    pools: list[PoolSpec] = Field(default_factory=list, max_length=MAX_POOLS)
 
     @model_validator(mode="after")
     def _unique(self) -> ClusterSpec:
+        total = sum(g.count for g in self.nodes) + sum(p.max_nodes for p in self.pools)
+        if total > MAX_NODES:
+            raise ValueError(f"{total} nodes (static counts plus the pools' max_nodes) is more than {MAX_NODES}")
         names = [g.name for g in self.nodes] + [p.name for p in self.pools]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -269,8 +269,8 @@ class Simulation:
     def _scope_spend(self, budget: Budget, start: float, now: float) -> float:
         if now <= start:
             return 0.0
-        alloc = allocate(self.ledger, start, now, (budget.scope.aggregate,), as_of=now)
-        return float(sum(r.total_cost_usd for r in alloc.rows if budget.scope.matches_key(r.key[0])))
+        alloc = allocate(self.ledger, start, now, budget.scope.aggregates, as_of=now)
+        return float(sum(r.total_cost_usd for r in alloc.rows if budget.scope.matches(r.key)))
 
     def _budget_block(self, job: Job) -> str | None:
         """Why a ``block`` budget refuses ``job`` now (committed + its estimate past the limit), or None."""

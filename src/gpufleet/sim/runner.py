@@ -40,7 +40,10 @@ def load_trace(ref: str, opts: TraceOptions | None = None) -> Trace:
     if kind == "openb":
         trace = load_openb_trace(arg or "default")
     elif kind == "synthetic":
-        seed = int(arg) if arg else opts.seed
+        try:
+            seed = int(arg) if arg else opts.seed
+        except ValueError:
+            raise InputError(f"synthetic[:SEED] takes an integer seed, got {arg!r}", field="trace") from None
         trace = generate_synthetic(SyntheticOptions(num_jobs=opts.limit or 1000, seed=seed))
     elif kind == "philly":
         trace = load_philly(
@@ -77,6 +80,8 @@ def _first_line(path: Path) -> str:
             return f.readline().strip()
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", source=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
 
 
 def default_cluster(trace: Trace) -> ClusterSpec:

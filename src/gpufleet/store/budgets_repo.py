@@ -34,6 +34,7 @@ from gpufleet.cost.budgets import (
     ANOMALY_THRESHOLD,
     DAY_S,
     LIMIT_PERCENT,
+    OWNED_SCOPE_KINDS,
     Budget,
     Period,
     Scope,
@@ -68,12 +69,18 @@ def _new_id() -> str:
 # -- CRUD -----------------------------------------------------------------------------------------------
 
 
+def scope_of(row: BudgetRow) -> Scope:
+    """A stored budget's scope, with its owning team (see :class:`Scope`)."""
+    owner = row.team if row.team and row.scope_kind in OWNED_SCOPE_KINDS else ""
+    return Scope(row.scope_kind, row.scope_value or "", owner)
+
+
 def budget_of(row: BudgetRow) -> Budget:
     """The pure :class:`Budget` of a stored row."""
     return make_budget(
         id=row.id,
         name=row.name,
-        scope=Scope(row.scope_kind, row.scope_value or ""),
+        scope=scope_of(row),
         limit_usd=row.limit_usd,
         period=row.period,
         timezone=row.timezone,
@@ -96,6 +103,7 @@ def _values(b: Budget) -> dict[str, Any]:
         "name": b.name,
         "scope_kind": b.scope.kind,
         "scope_value": b.scope.value,
+        "team": b.team,
         "period": b.period,
         "period_start": b.period_start,
         "period_end": b.period_end,
@@ -113,8 +121,35 @@ def _values(b: Budget) -> dict[str, Any]:
     }
 
 
+def project_owner(s: Session, project: str, *, exclude_id: str | None = None) -> BudgetRow | None:
+    """The budget through which a team owns ``project`` (a ``project:<name>`` budget with a team),
+    if one does. A project has at most one owning team (:func:`check_project_free`)."""
+    if not project:
+        return None
+    q = select(BudgetRow).where(
+        BudgetRow.scope_kind == "project", BudgetRow.scope_value == project, BudgetRow.team.is_not(None)
+    )
+    if exclude_id is not None:
+        q = q.where(BudgetRow.id != exclude_id)
+    return s.scalars(q.order_by(BudgetRow.created_at, BudgetRow.id)).first()
+
+
+def check_project_free(s: Session, budget: Budget, *, exclude_id: str | None = None) -> None:
+    """A project budget of one team while another team's budget owns the project is a ConflictError."""
+    if budget.scope.kind != "project" or budget.team is None:
+        return
+    other = project_owner(s, budget.scope.value, exclude_id=exclude_id)
+    if other is not None and other.team != budget.team:
+        raise ConflictError(
+            f"project '{budget.scope.value}' belongs to team '{other.team}' (budget '{other.name}'); "
+            f"a budget of team '{budget.team}' cannot claim it"
+        )
+
+
 def create_budget(s: Session, budget: Budget, *, created_by: str | None, now: float) -> BudgetRow:
-    """Store a new budget (``budget.id`` empty: one is made). A taken name is a ConflictError."""
+    """Store a new budget (``budget.id`` empty: one is made). A taken name is a ConflictError, as
+    is a project another team's budget owns."""
+    check_project_free(s, budget)
     row = BudgetRow(id=budget.id or _new_id(), created_by=created_by, created_at=now, updated_at=now, **_values(budget))
     try:
         with s.begin_nested():
@@ -145,6 +180,7 @@ def list_budgets(s: Session, *, enabled_only: bool = False) -> list[BudgetRow]:
 
 def update_budget(s: Session, ref: str, budget: Budget, now: float) -> BudgetRow:
     row = get_budget(s, ref)
+    check_project_free(s, budget, exclude_id=row.id)
     for k, v in _values(budget).items():
         setattr(row, k, v)
     row.updated_at = now
@@ -408,13 +444,14 @@ def notifications_of(s: Session, alert_ids: Iterable[int]) -> list[NotificationR
 def scope_spend(s: Session, scope: Scope, start: float, end: float, now: float) -> float:
     """What jobs in ``scope`` cost in ``[start, min(end, now))``: the ledger (stored segments and
     running jobs metered to ``now``), attributed by :func:`~gpufleet.cost.ledger.allocate`. Idle
-    capacity is not charged to a budget: a budget limits what its jobs hold."""
+    capacity is not charged to a budget: a budget limits what its jobs hold. An owned scope counts
+    its owning team's jobs only."""
     cut = min(end, now)
     if cut <= start:
         return 0.0
     ledger = repo.load_ledger(s, start, cut, now)
-    alloc = allocate(ledger, start, cut, (scope.aggregate,), as_of=cut)
-    return float(sum(r.total_cost_usd for r in alloc.rows if scope.matches_key(r.key[0])))
+    alloc = allocate(ledger, start, cut, scope.aggregates, as_of=cut)
+    return float(sum(r.total_cost_usd for r in alloc.rows if scope.matches(r.key)))
 
 
 def scope_anomaly(
@@ -439,7 +476,7 @@ def scope_anomaly(
         days=history_days,
         config=cfg,
         as_of=min(now, day.end),
-        where=KeyFilter(budget.scope.aggregate, budget.scope.matches_key),
+        where=KeyFilter(budget.scope.aggregate, budget.scope.matches_key, budget.scope.owner or None),
         first_day=local_day - timedelta(days=history_days - 1),
     )
     return next((a for a in found if a.day_index == history_days - 1), None)
@@ -479,7 +516,10 @@ def _scope_filter(scope: Scope) -> list[Any]:
     col = {"team": JobRow.team, "project": JobRow.project, "namespace": JobRow.namespace}.get(scope.kind)
     if scope.kind == "experiment":
         col = JobRow.experiment
-    return [] if col is None else [col == scope.value]
+    where = [] if col is None else [col == scope.value]
+    if scope.owner:
+        where.append(JobRow.team == scope.owner)
+    return where
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,12 +579,13 @@ def budgets_covering(
     labels: Mapping[str, Any],
     actions: Sequence[str] | None = None,
 ) -> list[BudgetRow]:
-    """Enabled budgets whose scope covers a job with these attributes."""
+    """Enabled budgets whose scope covers a job with these attributes (of ``team``: another
+    team's project or label budget never covers it)."""
     out = []
     for row in list_budgets(s, enabled_only=True):
         if actions is not None and row.action not in actions:
             continue
-        scope = Scope(row.scope_kind, row.scope_value or "")
+        scope = scope_of(row)
         if scope.covers(team=team, project=project, namespace=namespace, experiment=experiment, labels=labels):
             out.append(row)
     return out

@@ -305,6 +305,10 @@ class BudgetRow(Base):
     anomaly_alerts: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     anomaly_threshold_pct: Mapped[float] = mapped_column(Float, default=20.0, server_default="20")
     anomaly_floor_usd: Mapped[float] = mapped_column(Float, default=50.0, server_default="50")
+    # the team the budget belongs to (migration 0005): its scope's team for ``team:X``, the owner of
+    # a project/namespace/experiment/label scope (only its jobs count; its members see the budget);
+    # NULL for ``all`` and for unowned scopes stored before 0005 (every team's jobs, admins only)
+    team: Mapped[str | None] = mapped_column(String(63), default=None)
     created_by: Mapped[str | None] = mapped_column(String(32), default=None)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)

@@ -36,9 +36,9 @@ from sqlalchemy.orm.attributes import set_committed_value
 from gpufleet.backends.base import GpuSample
 from gpufleet.cost.ledger import SHARE_UNITS, Ledger, LedgerError, NodeInterval, UsageSegment
 from gpufleet.errors import ConflictError, InputError, NotFoundError, TransitionError
-from gpufleet.model.job import TRANSITIONS, JobState, PodPlacement
+from gpufleet.model.job import PRIORITY_CLASSES, TRANSITIONS, JobState, PodPlacement
 from gpufleet.model.node import CapacityType, Node
-from gpufleet.model.quota import Quota
+from gpufleet.model.quota import DEFAULT_PRIORITY_GRANT, Quota
 from gpufleet.store.convert import placement_to_json, pod_share_units
 from gpufleet.store.models import (
     ControllerRow,
@@ -85,6 +85,7 @@ SUBMIT_FIELDS: Final = frozenset(
         "max_runtime_s",
         "estimated_runtime_s",
         "budget_usd",
+        "run_as",  # resolved at submit (token's, else team's account)
     }
 )
 # Columns ``transition`` may set besides state/reason/updated_at.
@@ -203,6 +204,9 @@ def all_quotas(s: Session) -> list[Quota]:
             cohort=t.cohort,
             borrowing_limit_milli=t.borrowing_limit_milli,
             weight=t.weight,
+            priority_classes=DEFAULT_PRIORITY_GRANT
+            if t.priority_classes is None
+            else tuple(sorted({str(c) for c in t.priority_classes}, key=lambda c: PRIORITY_CLASSES.get(c, -1))),
         )
         for t in list_teams(s)
     ]
@@ -216,10 +220,18 @@ def hash_secret(secret: str) -> str:
 
 
 def create_token(
-    s: Session, *, team: str, role: str, name: str = "", expires_at: float | None = None, now: float
+    s: Session,
+    *,
+    team: str,
+    role: str,
+    name: str = "",
+    expires_at: float | None = None,
+    now: float,
+    run_as: str | None = None,
 ) -> tuple[Token, str]:
     """A new token for ``team`` (created if missing); returns it and its secret, which is not
-    stored (only its SHA-256) and so can be shown only now."""
+    stored (only its SHA-256) and so can be shown only now. ``run_as``: the token's own Unix
+    account for the jobs it submits (wins over the team's)."""
     if role not in ROLES:
         raise InputError(f"unknown role '{role}' (known: {', '.join(sorted(ROLES))})", field="role")
     if expires_at is not None and expires_at <= now:
@@ -235,6 +247,7 @@ def create_token(
         created_at=now,
         expires_at=expires_at,
         revoked_at=None,
+        run_as=run_as,
     )
     s.add(token)
     s.flush()

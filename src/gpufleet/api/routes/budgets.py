@@ -1,4 +1,10 @@
-"""``/v1/budgets``: create, list, get, replace, delete, status, and the feasibility check of a job."""
+"""``/v1/budgets``: create, list, get, replace, delete, status, and the feasibility check of a job.
+
+Privacy: admins see every budget in full. Members and viewers see their own team's budgets (its
+``team:`` budget and the project, namespace, experiment and label budgets it owns), each channel
+only as its kind and a masked target; ``/check`` reports those and the cluster-wide (``all``)
+budgets — limit, committed spend and what is left, the figures that say whether a job fits —
+never another team's."""
 
 from __future__ import annotations
 
@@ -11,10 +17,20 @@ from sqlalchemy.orm import Session
 from gpufleet.api.auth import Principal, require_admin
 from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, Caller, Ctx
 from gpufleet.api.problems import input_at
+from gpufleet.control.budgets import check_project
 from gpufleet.control.submit import prepare_submit
-from gpufleet.cost.budgets import Budget, budget_status, check_block, enforcing, estimate_job_cost, make_budget
-from gpufleet.errors import NotFoundError
-from gpufleet.notify.channels import masked, validate_channels
+from gpufleet.cost.budgets import (
+    OWNED_SCOPE_KINDS,
+    Budget,
+    Scope,
+    budget_status,
+    check_block,
+    enforcing,
+    estimate_job_cost,
+    make_budget,
+)
+from gpufleet.errors import InputError, NotFoundError
+from gpufleet.notify.channels import masked, public_channel, validate_channels
 from gpufleet.store import budgets_repo
 from gpufleet.store.models import BudgetRow
 from gpufleet.wire import (
@@ -40,10 +56,17 @@ def _budget(body: BudgetIn, id: str = "") -> Budget:
     """Validate a body into a pure budget (errors name ``body.<field>``)."""
     with input_at("body"):
         validate_channels(body.channels)
+        scope = Scope.parse(body.scope)
+        if scope.kind in OWNED_SCOPE_KINDS and body.team is None:
+            raise InputError(
+                f"a budget on scope '{scope}' belongs to a team: name it (only its jobs count against the budget)",
+                field="team",
+            )
         return make_budget(
             id=id,
             name=body.name,
-            scope=body.scope,
+            scope=scope,
+            team=body.team,
             limit_usd=body.limit_usd,
             period=body.period,
             timezone=body.timezone,
@@ -60,8 +83,11 @@ def _budget(body: BudgetIn, id: str = "") -> Budget:
         )
 
 
-def budget_out(row: BudgetRow) -> BudgetOut:
+def budget_out(row: BudgetRow, who: Principal | None = None) -> BudgetOut:
+    """A budget as ``who`` may see it: in full for an admin (or no caller: the admin-only routes),
+    channels reduced to their kind and a masked target for anyone else."""
     b = budgets_repo.budget_of(row)
+    full = who is None or who.is_admin
     return BudgetOut(
         id=row.id,
         name=row.name,
@@ -75,8 +101,9 @@ def budget_out(row: BudgetRow) -> BudgetOut:
         action=b.action,
         throttle=None if b.throttle.empty else ThrottleIn(**b.throttle.to_json()),
         grace_s=b.grace_s,
-        channels=[masked(c) for c in b.channels],
+        channels=[masked(c) if full else public_channel(c) for c in b.channels],
         enabled=row.enabled,
+        team=b.team,
         anomaly_alerts=b.anomaly_alerts,
         anomaly_threshold_pct=b.anomaly_threshold_pct,
         anomaly_floor_usd=b.anomaly_floor_usd,
@@ -97,9 +124,10 @@ def create_budget(body: BudgetIn, ctx: Ctx, who: Caller) -> BudgetOut:
 
 
 def _visible(who: Principal, row: BudgetRow) -> bool:
-    """Admins see every budget; others only the budgets of their own team (a budget on a label,
-    project or namespace may cover other teams' spend)."""
-    return who.is_admin or (row.scope_kind == "team" and row.scope_value == who.team)
+    """Admins see every budget; others only the budgets their own team owns (its ``team:`` budget,
+    and the project/namespace/experiment/label budgets of the team). Unowned budgets on those
+    scopes (stored before owners) may cover other teams' spend: admins only."""
+    return who.is_admin or budgets_repo.scope_of(row).team == who.team
 
 
 def _visible_budget(s: Session, who: Principal, ref: str) -> BudgetRow:
@@ -112,19 +140,23 @@ def _visible_budget(s: Session, who: Principal, ref: str) -> BudgetRow:
 @router.get("", response_model=list[BudgetOut], responses=AUTHED, summary="List budgets")
 def list_budgets(ctx: Ctx, who: Caller) -> list[BudgetOut]:
     with ctx.database.session(readonly=True) as s:
-        return [budget_out(r) for r in budgets_repo.list_budgets(s) if _visible(who, r)]
+        return [budget_out(r, who) for r in budgets_repo.list_budgets(s) if _visible(who, r)]
 
 
 @router.post("/check", response_model=BudgetCheckOut, responses=AUTHED, summary="Would a job fit its budgets?")
 def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
     """The estimated cost of a job (GPUs x runtime estimate, else max runtime, else 1 h x the
     dearest GPU-hour among the nodes it may use) against what is left in every enabled budget whose
-    scope covers it. Nothing is submitted."""
+    scope covers it and the caller may see: an admin every one; anyone else their own team's and
+    the cluster-wide (``all``) ones, whose limit, committed spend and remainder are shown so a
+    member knows whether the job fits. A job tagged with a project another team owns is refused
+    (403) as its submit would be. Nothing is submitted."""
     with input_at("body"):
         prepared = prepare_submit(body, caller_team=who.team, caller_role=who.role)
     f = prepared.fields
     now = ctx.clock.now()
     with ctx.database.session(readonly=True) as s:
+        check_project(s, f["project"], prepared.team)
         price = budgets_repo.usd_per_gpu_hour(s, tuple(f["gpu_types"]))
         gpus = f["gpus"] * f["gpu_milli"] / 1000.0
         est = estimate_job_cost(
@@ -142,6 +174,8 @@ def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
         blocked = False
         for row in rows:
             b = budgets_repo.budget_of(row)
+            if not (who.is_admin or b.scope.kind == "all" or b.team == who.team):
+                continue  # another team's (or an unowned, admins-only) budget: not the caller's to see
             period = b.period_at(now)
             committed = budgets_repo.committed_spend(s, b.scope, period, now).total_usd
             v = check_block(b, committed, est.cost_usd)
@@ -173,7 +207,7 @@ def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
 @router.get("/{ref}", response_model=BudgetOut, responses=READ_ONE, summary="Get a budget (id or name)")
 def get_budget(ref: str, ctx: Ctx, who: Caller) -> BudgetOut:
     with ctx.database.session(readonly=True) as s:
-        return budget_out(_visible_budget(s, who, ref))
+        return budget_out(_visible_budget(s, who, ref), who)
 
 
 @router.put("/{ref}", response_model=BudgetOut, responses={**READ_ONE, **ADMIN}, summary="Replace a budget")

@@ -18,13 +18,14 @@ from gpufleet.api.deps import AUTHED, READ_ONE, WRITE_ONE, Caller, Ctx, Metrics
 from gpufleet.api.problems import input_at, problem_response
 from gpufleet.api.render import event_out, job_out
 from gpufleet.control.budgets import check_submission  # budgets: the block check
+from gpufleet.control.owners import submit_owner
 from gpufleet.control.submit import prepare_submit
 from gpufleet.cost.budgets import BudgetExceededError
 from gpufleet.errors import ConflictError, InputError, NotFoundError
 from gpufleet.model.job import JobState
 from gpufleet.store import repo
 from gpufleet.store.models import JobRow
-from gpufleet.wire import JobEventOut, JobOut, JobPage, JobSubmit
+from gpufleet.wire import FieldError, JobEventOut, JobOut, JobPage, JobSubmit
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -32,6 +33,8 @@ _CHUNK = 64 * 1024
 _TERMINAL = frozenset(s.value for s in JobState if s.terminal)
 _WAITING = frozenset({JobState.PENDING.value, JobState.PREEMPTED.value})  # not holding resources
 _CURSOR_PREFIX = "s1:"
+_CURSOR_MAX_SEQ = 2**63 - 1  # a store sequence is a signed 64-bit integer
+_CURSOR_MAX_DIGITS = len(str(_CURSOR_MAX_SEQ))
 
 
 def encode_cursor(seq: int) -> str:
@@ -40,15 +43,18 @@ def encode_cursor(seq: int) -> str:
 
 
 def decode_cursor(cursor: str) -> int:
+    """The sequence number of a cursor :func:`encode_cursor` made; anything else (garbage, a forged
+    cursor, a number no store column holds) is an :class:`InputError` naming ``query.cursor``."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if not raw.startswith(_CURSOR_PREFIX):
+        raw = base64.urlsafe_b64decode(cursor.encode("ascii") + b"=" * (-len(cursor) % 4)).decode("ascii")
+        digits = raw.removeprefix(_CURSOR_PREFIX)
+        if digits == raw or not digits.isascii() or not digits.isdigit() or len(digits) > _CURSOR_MAX_DIGITS:
             raise ValueError(raw)
-        seq = int(raw[len(_CURSOR_PREFIX) :])
-        if seq < 0:
+        seq = int(digits)
+        if seq > _CURSOR_MAX_SEQ:
             raise ValueError(raw)
         return seq
-    except (ValueError, UnicodeDecodeError, binascii.Error):
+    except (ValueError, OverflowError, UnicodeError, binascii.Error):
         raise InputError(
             "not a cursor this server issued (pass next_cursor from the previous page unchanged)", field="query.cursor"
         ) from None
@@ -77,6 +83,11 @@ def _wake(ctx: ApiContext) -> None:
         **WRITE_ONE,
         200: {"model": JobOut, "description": "A replay: the job created by an earlier request with this key"},
         402: {"description": "A budget of the job's scope blocks it (code budget_exceeded)"},
+        403: {"description": "A viewer, another team, or a priority class not granted (priority_not_allowed)"},
+        409: {
+            "description": "An Idempotency-Key reused for another request; no Unix account to run the job as "
+            "(no_run_as_account); a second team on a single-team server (single_team)"
+        },
     },
     summary="Submit a job",
 )
@@ -94,13 +105,23 @@ def submit_job(
     now = ctx.clock.now()
     try:
         with ctx.database.session() as s:
+            # owners: a granted priority class, the Unix account it runs as, one team on a single-team server
+            run_as = submit_owner(
+                s,
+                team=prepared.team,
+                priority=body.priority,
+                token_id=who.token_id,
+                role=who.role,
+                run_as_required=ctx.run_as_required,
+                single_team=ctx.single_team,
+            )
             # budgets: the block check and the insert in one transaction, serialized per budget
             check_submission(
                 s, prepared.fields, prepared.team, now, submitted_by=who.token_id, idempotency_key=idempotency_key
             )
             row, created = repo.submit_job(
                 s,
-                prepared.fields,
+                {**prepared.fields, "run_as": run_as},
                 team=prepared.team,
                 submitted_by=who.token_id,
                 idempotency_key=idempotency_key,
@@ -216,8 +237,15 @@ def _read_from(ctx: ApiContext, job_id: str, offset: int) -> bytes:
         with ctx.log_path(job_id).open("rb") as f:
             f.seek(offset)
             return f.read(_CHUNK)
-    except FileNotFoundError:
+    except (OSError, OverflowError):  # no log yet (or it went away): nothing to send
         return b""
+
+
+def _log_size(ctx: ApiContext, job_id: str) -> int:
+    try:
+        return ctx.log_path(job_id).stat().st_size
+    except OSError:
+        return 0
 
 
 def _job_state(ctx: ApiContext, job_id: str) -> str:
@@ -234,6 +262,7 @@ def _job_state(ctx: ApiContext, job_id: str) -> str:
             "description": "The log's bytes from `offset`",
             "content": {"text/plain": {"schema": {"type": "string"}}},
         },
+        416: {"description": "`offset` is past the end of the log (code offset_out_of_range; the size is named)"},
     },
     summary="A job's output",
 )
@@ -244,13 +273,25 @@ def job_logs(
     who: Caller,
     offset: Annotated[int, Query(ge=0, le=2**62, description="byte offset to start from")] = 0,
     follow: Annotated[bool, Query(description="keep streaming until the job has ended")] = False,
-) -> StreamingResponse:
+) -> Response:
     """The job's output (stdout and stderr) from byte ``offset``. With ``follow=true`` the stream
     stays open, sending new bytes as they are written, until the job has ended and its log is
-    drained (or the client goes away)."""
+    drained (or the client goes away). An ``offset`` past the end of the log written so far is a
+    416 problem naming the log's current size (also with ``follow``: resume from a size you saw)."""
     with ctx.database.session(readonly=True) as s:
         row = _visible_job(s, who, job_id)
         terminal = row.state in _TERMINAL
+    size = _log_size(ctx, job_id)
+    if offset > size:
+        message = f"offset {offset} is past the end of the log ({size} bytes so far)"
+        return problem_response(
+            416,
+            "offset_out_of_range",
+            message,
+            instance=request.url.path,
+            errors=[FieldError(field="query.offset", message=message)],
+            headers={"Content-Range": f"bytes */{size}"},
+        )
 
     def once() -> Iterator[bytes]:
         pos = offset

@@ -11,6 +11,8 @@ from sqlalchemy.orm import Session
 
 from gpufleet.api.auth import require_admin
 from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, Caller, Ctx
+from gpufleet.api.problems import input_at
+from gpufleet.control import owners
 from gpufleet.errors import InputError, NotFoundError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.store import repo
@@ -60,6 +62,8 @@ def _team_out(t: Team, quotas: dict[str, float], used: dict[str, float]) -> Team
         borrowing_limit_gpus=None if t.borrowing_limit_milli is None else t.borrowing_limit_milli / MILLI,
         quota_gpus=quotas,
         used_gpus=used,
+        run_as=t.run_as,
+        priority_classes=owners.granted_classes(t),
     )
 
 
@@ -105,14 +109,26 @@ def _quota_milli(quota_gpus: dict[str, float]) -> dict[str, int]:
     return out
 
 
-@router.put("/{name}", response_model=TeamOut, responses={**ADMIN, **READ_ONE}, summary="Create or update a team")
+@router.put(
+    "/{name}",
+    response_model=TeamOut,
+    responses={**ADMIN, **READ_ONE, 409: {"description": "A single-team server already hosts another team"}},
+    summary="Create or update a team",
+)
 def put_team(name: TeamName, body: TeamIn, ctx: Ctx, who: Caller) -> TeamOut:
     """Set a team's weight, cohort, borrowing limit and quotas (GPUs per model, ``*`` for any);
-    the quotas given replace the team's quotas."""
+    the quotas given replace the team's quotas. ``run_as`` (an existing, non-root Unix account) and
+    ``priority_classes`` (what its members may submit with) change only when given; ``null``
+    clears them."""
     require_admin(who)
     quotas = _quota_milli(body.quota_gpus)
+    given = body.model_fields_set
+    with input_at("body"):
+        run_as = owners.check_run_as(body.run_as) if "run_as" in given else None
+        classes = owners.normalize_classes(body.priority_classes)
     now = ctx.clock.now()
     with ctx.database.session() as s:
+        owners.check_new_team(s, name, single_team=ctx.single_team)
         team = repo.upsert_team(
             s,
             name,
@@ -124,4 +140,9 @@ def put_team(name: TeamName, body: TeamIn, ctx: Ctx, who: Caller) -> TeamOut:
             quotas_milli=quotas,
             now=now,
         )
+        if "run_as" in given:
+            team.run_as = run_as
+        if "priority_classes" in given:
+            team.priority_classes = classes
+        s.flush()
         return _render(s, [team])[0]

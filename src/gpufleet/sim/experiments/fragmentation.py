@@ -330,6 +330,8 @@ def load_published(directory: str | Path, trace: str) -> dict[str, FloatArray]:
         text = path.read_text(encoding="utf-8")
     except OSError:
         raise InputError("published curves not found", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
     want = trace if trace.startswith("openb_pod_list_") else f"openb_pod_list_{trace}"
     rows: dict[str, list[FloatArray]] = {}
     reader = csv.reader(text.splitlines())

@@ -16,7 +16,9 @@ share) and ``mig`` (a MIG profile name such as ``"1g.10gb"``). Examples::
     {"kind": "job", "submit": 30, "name": "inf", "mig": "1g.10gb", "gpu_types": ["A100-80GB"]}
 
 Validation is strict (pydantic ``strict=True, extra="forbid", allow_inf_nan=False``): unknown keys,
-strings where numbers belong, booleans where integers belong, and NaN/Infinity are errors. Every error is a
+strings where numbers belong, booleans where integers belong, and NaN/Infinity are errors. Sizes and
+times are bounded by :mod:`gpufleet.sim.limits` (gang size, GPUs per pod and node, node and job
+counts, times up to 10 years). Every error is a
 :class:`~gpufleet.errors.TraceError` naming the file, the line and the field path
 (``nodes.2.gpu_count``). GPU model names are canonicalized (``V100M16`` → ``V100-16GB``); unknown
 names are kept as written. Compatibility rule: new fields get defaults, so older files stay valid.
@@ -33,12 +35,23 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufleet.errors import InputError, TraceError
 from gpufleet.model.gpu import GPU_MODELS, MILLI, MigProfile, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
+from gpufleet.sim.limits import (
+    MAX_CPU_MILLI,
+    MAX_GANG_SIZE,
+    MAX_GPUS_PER_NODE,
+    MAX_GPUS_PER_POD,
+    MAX_JOBS,
+    MAX_MEMORY_MIB,
+    MAX_NODES,
+    MAX_POOLS,
+    MAX_TIME_S,
+)
 from gpufleet.sim.traces.base import Trace, TraceJob
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
@@ -64,9 +77,9 @@ class NodeLine(BaseModel):
 
     name: str = Field(min_length=1)
     gpu_model: str = ""
-    gpu_count: int = Field(default=0, ge=0)
-    cpu_milli: int = Field(default=0, ge=0)
-    memory_mib: int = Field(default=0, ge=0)
+    gpu_count: int = Field(default=0, ge=0, le=MAX_GPUS_PER_NODE)
+    cpu_milli: int = Field(default=0, ge=0, le=MAX_CPU_MILLI)
+    memory_mib: int = Field(default=0, ge=0, le=MAX_MEMORY_MIB)
     pool: str = "default"
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     hourly_price_usd: float | None = Field(default=None, ge=0)
@@ -90,15 +103,15 @@ class PoolLine(BaseModel):
 
     name: str = Field(min_length=1)
     gpu_model: str = Field(min_length=1)
-    gpus_per_node: int = Field(ge=0)
-    cpu_milli: int = Field(ge=0)
-    memory_mib: int = Field(ge=0)
+    gpus_per_node: int = Field(ge=0, le=MAX_GPUS_PER_NODE)
+    cpu_milli: int = Field(ge=0, le=MAX_CPU_MILLI)
+    memory_mib: int = Field(ge=0, le=MAX_MEMORY_MIB)
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     hourly_price_usd: float | None = Field(default=None, ge=0)
-    min_nodes: int = Field(default=0, ge=0)
-    max_nodes: int = Field(default=0, ge=0)
-    initial_nodes: int = Field(default=0, ge=0)
-    provisioning_delay_s: float = Field(default=180.0, ge=0)
+    min_nodes: int = Field(default=0, ge=0, le=MAX_NODES)
+    max_nodes: int = Field(default=0, ge=0, le=MAX_NODES)
+    initial_nodes: int = Field(default=0, ge=0, le=MAX_NODES)
+    provisioning_delay_s: float = Field(default=180.0, ge=0, le=MAX_TIME_S)
     sharing: SharingMode = SharingMode.SHARED
     labels: dict[str, str] = Field(default_factory=dict)
 
@@ -119,8 +132,14 @@ class ClusterLine(BaseModel):
 
     kind: Literal["cluster"]
     name: str | None = None  # the trace's name; None: the file's stem
-    nodes: list[NodeLine] = Field(default_factory=list)
-    pools: list[PoolLine] = Field(default_factory=list)
+    nodes: list[NodeLine] = Field(default_factory=list, max_length=MAX_NODES)
+    pools: list[PoolLine] = Field(default_factory=list, max_length=MAX_POOLS)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ClusterLine:
+        if len(self.nodes) + sum(p.max_nodes for p in self.pools) > MAX_NODES:
+            raise ValueError(f"more than {MAX_NODES} nodes (static nodes plus the pools' max_nodes)")
+        return self
 
 
 class JobLine(BaseModel):
@@ -129,7 +148,7 @@ class JobLine(BaseModel):
     model_config = _STRICT
 
     kind: Literal["job"]
-    submit: float = Field(ge=0)
+    submit: float = Field(ge=0, le=MAX_TIME_S)
     name: str = Field(min_length=1)
     team: str = "default"
     project: str = ""
@@ -137,19 +156,19 @@ class JobLine(BaseModel):
     experiment: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
     priority: str = "normal"  # a priority class name (background, low, normal, high, urgent)
-    gpus: int | None = Field(default=None, ge=0)  # per pod
+    gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS_PER_POD)  # per pod
     gpu_milli: int | None = Field(default=None, ge=1, le=MILLI)  # per GPU
     mig: str | None = None
     gpu_types: list[str] = Field(default_factory=list)  # allowed GPU models; empty = any
     min_gpu_memory_gib: float = Field(default=0.0, ge=0)
-    cpu_milli: int = Field(default=0, ge=0)  # per pod
-    memory_mib: int = Field(default=0, ge=0)  # per pod
+    cpu_milli: int = Field(default=0, ge=0, le=MAX_CPU_MILLI)  # per pod
+    memory_mib: int = Field(default=0, ge=0, le=MAX_MEMORY_MIB)  # per pod
     preemptible: bool = False
-    checkpoint_interval_s: float | None = Field(default=None, gt=0)
-    duration_s: float | None = Field(default=None, ge=0)  # how long it really runs (simulation)
-    estimated_runtime_s: float | None = Field(default=None, ge=0)
-    max_runtime_s: float | None = Field(default=None, gt=0)
-    gang_size: int = Field(default=1, ge=1)
+    checkpoint_interval_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
+    duration_s: float | None = Field(default=None, ge=0, le=MAX_TIME_S)  # how long it really runs (simulation)
+    estimated_runtime_s: float | None = Field(default=None, ge=0, le=MAX_TIME_S)
+    max_runtime_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
+    gang_size: int = Field(default=1, ge=1, le=MAX_GANG_SIZE)
 
     @field_validator("priority")
     @classmethod
@@ -269,6 +288,8 @@ def parse_jsonl(lines: Iterable[str], *, source: str = "<jsonl>", name: str | No
         try:
             # Validate the text itself (JSON mode): strict, and enums are given by their values.
             if kind == "job":
+                if len(jobs) >= MAX_JOBS:
+                    raise TraceError(f"more than {MAX_JOBS} jobs in one trace", source=source, line=lineno)
                 jobs.append(JobLine.model_validate_json(text).to_trace_job())
             elif kind == "cluster":
                 if seen_object:

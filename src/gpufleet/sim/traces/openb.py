@@ -14,7 +14,8 @@ Two file kinds:
 Units: CPU in milli-cores, memory in MiB, GPU in milli-GPU per GPU, times in seconds.
 openb model names (``V100M16``...) are mapped through :func:`canonical_gpu_name`; a ``gpu_spec``
 constraint such as ``V100M16|V100M32`` is canonicalized the same way, so it matches node types.
-Bad rows raise :class:`TraceError` naming the file, line and field.
+Bad rows raise :class:`TraceError` naming the file, line and field; sizes, counts and times are
+bounded by :mod:`gpufleet.sim.limits`.
 
 The FGD paper's simulator (hkust-adsl/kubernetes-scheduler-simulator) runs every openb pod list
 on the GPU-node list (1,213 nodes, 6,212 GPUs): :data:`DEFAULT_NODE_LIST`.
@@ -36,6 +37,15 @@ from gpufleet.errors import TraceError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.model.job import GpuRequest, JobSpec
 from gpufleet.model.node import Node, SharingMode
+from gpufleet.sim.limits import (
+    MAX_CPU_MILLI,
+    MAX_GPUS_PER_NODE,
+    MAX_GPUS_PER_POD,
+    MAX_JOBS,
+    MAX_MEMORY_MIB,
+    MAX_NODES,
+    time_problem,
+)
 from gpufleet.sim.traces.base import Trace, TraceJob
 
 IntArray = npt.NDArray[np.int64]
@@ -184,6 +194,8 @@ def _open(path: str | Path | None, default: str) -> Iterator[tuple[str, list[str
         raise TraceError("file not found", source=str(p)) from None
     except OSError as exc:
         raise TraceError(f"cannot read file: {exc.strerror}", source=str(p)) from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"not UTF-8 text (byte {exc.start})", source=str(p)) from None
     yield str(p), text.splitlines()
 
 
@@ -212,7 +224,7 @@ def trace_name(trace: str) -> str:
 
 
 # -- parsing ----------------------------------------------------------------------------------------
-def _int(value: str, source: str, line: int, field: str, *, minimum: int = 0) -> int:
+def _int(value: str, source: str, line: int, field: str, *, minimum: int = 0, maximum: int | None = None) -> int:
     try:
         v = int(value.strip())
     except ValueError:
@@ -225,6 +237,8 @@ def _int(value: str, source: str, line: int, field: str, *, minimum: int = 0) ->
         v = int(f)
     if v < minimum:
         raise TraceError(f"must be >= {minimum}, got {v}", source=source, line=line, field=field)
+    if maximum is not None and v > maximum:
+        raise TraceError(f"must be <= {maximum}, got {v}", source=source, line=line, field=field)
     return v
 
 
@@ -236,8 +250,9 @@ def _time(value: str, source: str, line: int, field: str) -> float:
         t = float(value)
     except ValueError:
         raise TraceError(f"not a number: {value!r}", source=source, line=line, field=field) from None
-    if not np.isfinite(t) or t < 0:
-        raise TraceError(f"must be a finite time >= 0, got {value!r}", source=source, line=line, field=field)
+    problem = time_problem(t)
+    if problem is not None:
+        raise TraceError(problem, source=source, line=line, field=field)
     return t
 
 
@@ -279,11 +294,13 @@ def load_openb_nodes(path: str | Path | None = None, *, which: str = DEFAULT_NOD
                 raise TraceError("empty node name", source=source, line=lineno, field="sn")
             if name in seen:
                 raise TraceError(f"duplicate node {name!r}", source=source, line=lineno, field="sn")
+            if len(seen) >= MAX_NODES:
+                raise TraceError(f"more than {MAX_NODES} nodes", source=source, line=lineno)
             seen.add(name)
-            n_gpu = _int(row[3], source, lineno, "gpu")
+            n_gpu = _int(row[3], source, lineno, "gpu", maximum=MAX_GPUS_PER_NODE)
             names.append(name)
-            cpu.append(_int(row[1], source, lineno, "cpu_milli", minimum=1))
-            mem.append(_int(row[2], source, lineno, "memory_mib", minimum=1))
+            cpu.append(_int(row[1], source, lineno, "cpu_milli", minimum=1, maximum=MAX_CPU_MILLI))
+            mem.append(_int(row[2], source, lineno, "memory_mib", minimum=1, maximum=MAX_MEMORY_MIB))
             gpus.append(n_gpu)
             models.append(_model(row[4], source, lineno, "model") if n_gpu > 0 else "")
     return OpenbNodes(
@@ -323,7 +340,9 @@ def load_openb_pods(path: str | Path | None = None, *, trace: str = DEFAULT_POD_
             name = row[0].strip()
             if not name:
                 raise TraceError("empty pod name", source=source, line=lineno, field="name")
-            n = _int(row[3], source, lineno, "num_gpu")
+            if len(names) >= MAX_JOBS:
+                raise TraceError(f"more than {MAX_JOBS} pods", source=source, line=lineno)
+            n = _int(row[3], source, lineno, "num_gpu", maximum=MAX_GPUS_PER_POD)
             m = _int(row[4], source, lineno, "gpu_milli")
             if m > MILLI:
                 raise TraceError(
@@ -341,8 +360,8 @@ def load_openb_pods(path: str | Path | None = None, *, trace: str = DEFAULT_POD_
                     field="num_gpu",
                 )
             names.append(name)
-            cpu.append(_int(row[1], source, lineno, "cpu_milli"))
-            mem.append(_int(row[2], source, lineno, "memory_mib"))
+            cpu.append(_int(row[1], source, lineno, "cpu_milli", maximum=MAX_CPU_MILLI))
+            mem.append(_int(row[2], source, lineno, "memory_mib", maximum=MAX_MEMORY_MIB))
             ngpu.append(n)
             milli.append(m)
             if width == len(POD_COLUMNS):

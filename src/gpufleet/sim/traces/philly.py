@@ -31,6 +31,8 @@ spawned from one seed, so e.g. turning on noisy estimates does not change which 
 preemptible.
 
 Bad input raises :class:`~gpufleet.errors.TraceError` naming the file, the line and the field.
+Sizes, counts and times are bounded by :mod:`gpufleet.sim.limits` (GPUs and gang size of a job,
+number of jobs, durations and the trace's span up to 10 years).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import numpy as np
 
 from gpufleet.errors import InputError, TraceError
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
+from gpufleet.sim.limits import MAX_GANG_SIZE, MAX_GPUS_PER_POD, MAX_JOB_GPUS, MAX_JOBS, MAX_TIME_S, time_problem
 from gpufleet.sim.traces.base import Trace, TraceJob
 
 if TYPE_CHECKING:
@@ -83,8 +86,8 @@ class PhillyOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.gpus_per_node < 1:
-            raise InputError("must be >= 1", field="gpus_per_node")
+        if not 1 <= self.gpus_per_node <= MAX_GPUS_PER_POD:
+            raise InputError(f"must be in [1, {MAX_GPUS_PER_POD}]", field="gpus_per_node")
         if self.cpu_milli_per_gpu < 0:
             raise InputError("must be >= 0", field="cpu_milli_per_gpu")
         if self.memory_mib_per_gpu < 0:
@@ -106,8 +109,8 @@ class PhillyOptions:
             raise InputError("must be > 0 or None", field="checkpoint_interval_s")
         if self.max_runtime_factor is not None and not self.max_runtime_factor >= 1:
             raise InputError("must be >= 1 or None", field="max_runtime_factor")
-        if self.max_jobs is not None and self.max_jobs < 0:
-            raise InputError("must be >= 0 or None", field="max_jobs")
+        if self.max_jobs is not None and not 0 <= self.max_jobs <= MAX_JOBS:
+            raise InputError(f"must be in [0, {MAX_JOBS}] or None", field="max_jobs")
 
 
 def gang_shape(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
@@ -189,13 +192,9 @@ def _read_rows(reader: _CsvReader, source: str) -> tuple[list[float], list[float
             dur = float(cell)
         except ValueError:
             raise TraceError(f"not a number: {cell!r}", source=source, line=line, field="duration") from None
-        if not (math.isfinite(dur) and dur >= 0):
-            raise TraceError(
-                f"duration must be a finite number of seconds >= 0, got {cell!r}",
-                source=source,
-                line=line,
-                field="duration",
-            )
+        problem = time_problem(dur)
+        if problem is not None:
+            raise TraceError(f"duration {problem}", source=source, line=line, field="duration")
         cell = row[i_gpu]
         try:
             n = int(cell)
@@ -203,6 +202,11 @@ def _read_rows(reader: _CsvReader, source: str) -> tuple[list[float], list[float
             raise TraceError(f"not an integer: {cell!r}", source=source, line=line, field="num_gpus") from None
         if n < 1:
             raise TraceError(f"GPU count must be >= 1, got {n}", source=source, line=line, field="num_gpus")
+        if n > MAX_JOB_GPUS:
+            msg = f"GPU count must be <= {MAX_JOB_GPUS}, got {n}"
+            raise TraceError(msg, source=source, line=line, field="num_gpus")
+        if len(times) >= MAX_JOBS:
+            raise TraceError(f"more than {MAX_JOBS} jobs", source=source, line=line)
         cell = row[i_gt]
         try:
             float(cell)
@@ -228,6 +232,10 @@ def _build(
     teams: list[str],
 ) -> Trace:
     t0 = min(times)
+    if max(times) - t0 > MAX_TIME_S:
+        raise TraceError(
+            f"the trace spans more than {MAX_TIME_S:.0f} s (10 years) of submit times", source=source, field="timestamp"
+        )
     if opts.max_jobs is None:
         rows = list(range(len(times)))
     else:
@@ -262,6 +270,13 @@ def _build(
         shape = requests.get(n)
         if shape is None:
             pods, per_pod = gang_shape(n, opts.gpus_per_node)
+            if pods > MAX_GANG_SIZE:
+                raise TraceError(
+                    f"a job of {n} GPUs needs a gang of {pods} pods of {opts.gpus_per_node} GPUs"
+                    f" (at most {MAX_GANG_SIZE} pods)",
+                    source=source,
+                    field="num_gpus",
+                )
             shape = requests[n] = (pods, GpuRequest(count=per_pod))
         pods, req = shape
         labels = {"philly/num_gpus": str(n)}

@@ -23,6 +23,10 @@ The model, each part drawn from one :class:`numpy.random.Generator` seeded with 
 
 Every random quantity is drawn for every job in a fixed order whatever the options, so the same
 seed gives the same trace, and changing e.g. the request mix does not move the arrivals.
+
+Sizes and times are bounded by :mod:`gpufleet.sim.limits`: ``num_jobs`` (``MAX_JOBS``), gang sizes,
+GPUs per pod, CPU and memory per pod, durations and checkpoint intervals, and the expected span of
+the arrivals (``num_jobs / arrival_rate_per_hour``, at most ``MAX_TIME_S``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ import numpy.typing as npt
 from gpufleet.errors import InputError
 from gpufleet.model.gpu import GPU_MODELS, MILLI
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
+from gpufleet.sim.limits import (
+    MAX_CPU_MILLI,
+    MAX_GANG_SIZE,
+    MAX_GPUS_PER_POD,
+    MAX_JOBS,
+    MAX_MEMORY_MIB,
+    MAX_TIME_S,
+)
 from gpufleet.sim.traces.base import Trace, TraceJob
 
 REQUEST_KINDS = ("single", "multi", "gang", "fractional", "mig", "cpu")
@@ -92,25 +104,31 @@ class SyntheticOptions:
         def bad(fld: str, msg: str) -> InputError:
             return InputError(msg, field=fld)
 
-        if self.num_jobs < 0:
-            raise bad("num_jobs", "must be >= 0")
-        if not self.arrival_rate_per_hour > 0:
-            raise bad("arrival_rate_per_hour", "must be > 0")
-        if not self.duration_median_s > 0:
-            raise bad("duration_median_s", "must be > 0")
-        if not self.duration_sigma >= 0:
-            raise bad("duration_sigma", "must be >= 0")
+        if not 0 <= self.num_jobs <= MAX_JOBS:
+            raise bad("num_jobs", f"must be in [0, {MAX_JOBS}]")
+        if not (math.isfinite(self.arrival_rate_per_hour) and self.arrival_rate_per_hour > 0):
+            raise bad("arrival_rate_per_hour", "must be a finite number > 0")
+        if self.num_jobs / self.arrival_rate_per_hour * 3600.0 > MAX_TIME_S:
+            raise bad("arrival_rate_per_hour", f"too low: {self.num_jobs} arrivals would span more than 10 years")
+        if not 0 < self.duration_median_s <= MAX_TIME_S:
+            raise bad("duration_median_s", f"must be in (0, {MAX_TIME_S:.0f}]")
+        if not 0 <= self.duration_sigma <= 10:
+            raise bad("duration_sigma", "must be in [0, 10]")
         if not 0 <= self.duration_min_s <= self.duration_max_s:
             raise bad("duration_min_s", "must be in [0, duration_max_s]")
+        if not self.duration_max_s <= MAX_TIME_S:
+            raise bad("duration_max_s", f"must be <= {MAX_TIME_S:.0f} (10 years)")
+        if not 0 <= self.seed < 2**63:
+            raise bad("seed", "must be in [0, 2**63)")
         _check_weights("request_mix", self.request_mix, REQUEST_KINDS)
         _check_weights("teams", self.teams, None)
         _check_weights("priorities", self.priorities, tuple(PRIORITY_CLASSES))
-        if not self.multi_gpu_counts or min(self.multi_gpu_counts) < 1:
-            raise bad("multi_gpu_counts", "must be a non-empty tuple of counts >= 1")
-        if self.gpus_per_node < 1:
-            raise bad("gpus_per_node", "must be >= 1")
-        if not self.gang_sizes or min(self.gang_sizes) < 1:
-            raise bad("gang_sizes", "must be a non-empty tuple of sizes >= 1")
+        if not self.multi_gpu_counts or not all(1 <= c <= MAX_GPUS_PER_POD for c in self.multi_gpu_counts):
+            raise bad("multi_gpu_counts", f"must be a non-empty tuple of counts in [1, {MAX_GPUS_PER_POD}]")
+        if not 1 <= self.gpus_per_node <= MAX_GPUS_PER_POD:
+            raise bad("gpus_per_node", f"must be in [1, {MAX_GPUS_PER_POD}]")
+        if not self.gang_sizes or not all(1 <= g <= MAX_GANG_SIZE for g in self.gang_sizes):
+            raise bad("gang_sizes", f"must be a non-empty tuple of sizes in [1, {MAX_GANG_SIZE}]")
         if not self.fractional_milli or not all(0 < m < MILLI for m in self.fractional_milli):
             raise bad("fractional_milli", "must be a non-empty tuple of values in 1..999")
         if not self.mig_profiles:
@@ -120,12 +138,17 @@ class SyntheticOptions:
                 raise bad("mig_profiles", f"unknown MIG profile '{p}'")
         if self.cpu_milli_per_gpu < 0 or self.memory_mib_per_gpu < 0:
             raise bad("cpu_milli_per_gpu", "CPU and memory per GPU must be >= 0")
+        pod_gpus = max(max(self.multi_gpu_counts), self.gpus_per_node)
+        if self.cpu_milli_per_gpu * pod_gpus > MAX_CPU_MILLI:
+            raise bad("cpu_milli_per_gpu", f"a pod of {pod_gpus} GPUs would ask for over {MAX_CPU_MILLI} milli-CPU")
+        if self.memory_mib_per_gpu * pod_gpus > MAX_MEMORY_MIB:
+            raise bad("memory_mib_per_gpu", f"a pod of {pod_gpus} GPUs would ask for more than {MAX_MEMORY_MIB} MiB")
         if self.projects_per_team < 1:
             raise bad("projects_per_team", "must be >= 1")
         if not 0 <= self.preemptible_fraction <= 1:
             raise bad("preemptible_fraction", "must be in [0, 1]")
-        if not self.checkpoint_intervals_s or not all(c > 0 for c in self.checkpoint_intervals_s):
-            raise bad("checkpoint_intervals_s", "must be a non-empty tuple of intervals > 0")
+        if not self.checkpoint_intervals_s or not all(0 < c <= MAX_TIME_S for c in self.checkpoint_intervals_s):
+            raise bad("checkpoint_intervals_s", f"must be a non-empty tuple of intervals in (0, {MAX_TIME_S:.0f}]")
         if not 0 <= self.gpu_type_fraction <= 1:
             raise bad("gpu_type_fraction", "must be in [0, 1]")
         if self.gpu_type_fraction > 0 and not self.gpu_types:
