@@ -1,6 +1,6 @@
 """Property-based run over the OpenAPI document (schemathesis) against the ASGI app with an admin
-token: no answer is a 5xx, and answers conform to the documented schemas, status codes and
-content types."""
+token and with a member token: no answer is a 5xx, and answers conform to the documented schemas,
+status codes and content types (a member's 403s and 404s included)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ atexit.register(_DB.dispose)  # runs first (LIFO): close connections, then remov
 _DB.upgrade()
 with _DB.session() as _s:
     _, ADMIN_SECRET = repo.create_token(_s, team="ops", role="admin", name="schemathesis", now=T0)
+    _, MEMBER_SECRET = repo.create_token(_s, team="alpha", role="member", name="schemathesis-member", now=T0)
 (_DIR / "logs").mkdir()
 APP = create_app(ApiContext(database=_DB, logs_dir=_DIR / "logs", clock=SimClock(T0)))
 
@@ -57,3 +58,9 @@ CHECKS: list[Any] = [
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_conforms(case: Any) -> None:
     case.call_and_validate(headers={"Authorization": f"Bearer {ADMIN_SECRET}"}, checks=CHECKS)
+
+
+@schema.parametrize()
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+def test_api_conforms_for_a_member(case: Any) -> None:
+    case.call_and_validate(headers={"Authorization": f"Bearer {MEMBER_SECRET}"}, checks=CHECKS)

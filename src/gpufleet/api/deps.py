@@ -40,4 +40,5 @@ AUTHED: dict[int | str, dict[str, Any]] = {
 }
 READ_ONE = {**AUTHED, 404: _problem("Not found (or not visible to this token)")}
 ADMIN = {**AUTHED, 403: _problem("The token's role does not allow this")}
+SCOPED = {**AUTHED, 403: _problem("Another team's data or project: not allowed for this token")}
 WRITE_ONE = {**READ_ONE, **ADMIN, 409: _problem("Conflicts with the job's state or an earlier request")}

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Response
 from sqlalchemy.orm import Session
 
 from gpufleet.api.auth import Principal, require_admin
-from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, Caller, Ctx
+from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, SCOPED, Caller, Ctx
 from gpufleet.api.problems import input_at
 from gpufleet.control.budgets import check_project
 from gpufleet.control.submit import prepare_submit
@@ -143,7 +143,7 @@ def list_budgets(ctx: Ctx, who: Caller) -> list[BudgetOut]:
         return [budget_out(r, who) for r in budgets_repo.list_budgets(s) if _visible(who, r)]
 
 
-@router.post("/check", response_model=BudgetCheckOut, responses=AUTHED, summary="Would a job fit its budgets?")
+@router.post("/check", response_model=BudgetCheckOut, responses=SCOPED, summary="Would a job fit its budgets?")
 def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
     """The estimated cost of a job (GPUs x runtime estimate, else max runtime, else 1 h x the
     dearest GPU-hour among the nodes it may use) against what is left in every enabled budget whose

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from gpufleet.api.deps import AUTHED, Caller, Ctx
+from gpufleet.api.deps import SCOPED, Caller, Ctx
 from gpufleet.api.problems import input_at
 from gpufleet.api.render import ts
 from gpufleet.api.windows import parse_window
@@ -83,7 +83,7 @@ def _reservation(r: ReservationLine) -> ReservationOut:
     )
 
 
-@router.get("/usage", response_model=UsageReport, responses=AUTHED, summary="Cost and usage over a window")
+@router.get("/usage", response_model=UsageReport, responses=SCOPED, summary="Cost and usage over a window")
 def usage(
     ctx: Ctx,
     who: Caller,
