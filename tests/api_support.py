@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 from fastapi.testclient import TestClient
 
 from gpufleet.api.app import create_app
@@ -77,3 +78,17 @@ def make_api(tmp_path: Path, url: str | None = None, **ctx_args: Any) -> Iterato
     with TestClient(app, raise_server_exceptions=False) as client:
         yield Api(client, db, clock, logs, secrets, ids, ready, wakes)
     db.dispose()
+
+
+def problem(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The RFC 9457 problem document of ``r``, checked to have ``status`` and ``code``."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    doc: dict[str, Any] = r.json()
+    assert doc["status"] == status and doc["code"] == code and doc["title"] and doc["detail"]
+    return doc
+
+
+def fields(doc: dict[str, Any]) -> list[str]:
+    """The fields a problem document names."""
+    return [e["field"] for e in doc["errors"]]

@@ -19,24 +19,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.model.node import CapacityType, Node
 from gpufleet.store import repo
-from tests.api_support import T0, Api, make_api
+from tests.api_support import T0, Api, fields, make_api, problem
 
 
 @pytest.fixture
 def api(tmp_path: Path, db_url: str) -> Iterator[Api]:
     yield from make_api(tmp_path, db_url)
-
-
-def problem(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"] == "application/problem+json"
-    doc: dict[str, Any] = r.json()
-    assert doc["status"] == status and doc["code"] == code and doc["title"] and doc["detail"]
-    return doc
-
-
-def fields(doc: dict[str, Any]) -> list[str]:
-    return [e["field"] for e in doc["errors"]]
 
 
 # -- submit ---------------------------------------------------------------------------------------

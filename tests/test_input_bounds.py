@@ -22,7 +22,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -35,7 +34,7 @@ from gpufleet.sim.traces.openb import load_openb_nodes, load_openb_pods
 from gpufleet.sim.traces.philly import PhillyOptions, load_philly
 from gpufleet.sim.traces.synthetic import SyntheticOptions
 from gpufleet.store import repo
-from tests.api_support import Api, make_api
+from tests.api_support import Api, fields, make_api, problem
 
 MIB = 1024 * 1024
 
@@ -49,18 +48,6 @@ def api(tmp_path: Path, db_url: str) -> Iterator[Api]:
 def small_api(tmp_path: Path) -> Iterator[Api]:
     """SQLite only, with a 4 KiB body limit (the limit is configurable)."""
     yield from make_api(tmp_path, max_body_bytes=4096)
-
-
-def problem(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"] == "application/problem+json"
-    doc: dict[str, Any] = r.json()
-    assert doc["status"] == status and doc["code"] == code and doc["title"] and doc["detail"]
-    return doc
-
-
-def fields(doc: dict[str, Any]) -> list[str]:
-    return [e["field"] for e in doc["errors"]]
 
 
 def job_count(api: Api) -> int:
