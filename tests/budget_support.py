@@ -37,6 +37,7 @@ def add_spend(
     end: float,
     *,
     labels: dict[str, str] | None = None,
+    project: str = "",
     gpus: int = NODE_GPUS,
     node_usd: float = NODE_USD_PER_HOUR,
     node: str = NODE,
@@ -46,7 +47,7 @@ def add_spend(
     seconds = usd * 3600.0 / node_usd
     start = end - seconds
     with db.session() as s:
-        fields = {"name": "spent", "command": ["true"], "gpus": gpus, "labels": labels or {}}
+        fields = {"name": "spent", "command": ["true"], "gpus": gpus, "project": project, "labels": labels or {}}
         job, _ = repo.submit_job(
             s, fields, team=team, submitted_by=None, idempotency_key=None, request_sha256=None, now=start
         )

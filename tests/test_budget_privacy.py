@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import update
 
 from gpufleet.control.budgets import evaluate_budget
 from gpufleet.cost.budgets import Throttle, ThrottleRule, apply_throttles, make_budget
@@ -25,10 +24,9 @@ from gpufleet.model.node import Node
 from gpufleet.scheduling.profile import load_profile
 from gpufleet.sim.engine import Simulation
 from gpufleet.sim.traces.base import Trace, TraceJob
-from gpufleet.store import budgets_repo, repo
-from gpufleet.store.models import JobRow
+from gpufleet.store import budgets_repo
 from tests.api_support import T0, Api, make_api
-from tests.budget_support import NODE, NODE_GPUS, NODE_USD_PER_HOUR, add_node
+from tests.budget_support import add_node, add_spend
 
 SECRETS = ("s3cr3t-pass", "hook-path-secret", "q-token", "Bearer hdr-token", "R0UTINGKEY1234567890", "alice.smith")
 CHANNELS: list[dict[str, Any]] = [
@@ -64,28 +62,7 @@ def create(api: Api, **body: Any) -> dict[str, Any]:
 
 def spend(api: Api, team: str, usd: float, *, project: str = "", labels: dict[str, str] | None = None) -> None:
     """A finished job of ``team`` (tagged ``project``/``labels``) that cost ``usd``, ending a minute before T0."""
-    end = T0 - 60
-    start = end - usd * 3600.0 / NODE_USD_PER_HOUR
-    with api.db.session() as s:
-        fields = {"name": "spent", "command": ["true"], "gpus": NODE_GPUS, "project": project, "labels": labels or {}}
-        job, _ = repo.submit_job(
-            s, fields, team=team, submitted_by=None, idempotency_key=None, request_sha256=None, now=start
-        )
-        node = next(n for n in repo.list_nodes(s) if n.name == NODE)
-        repo.append_segment(
-            s,
-            job=job,
-            run=1,
-            node=node,
-            gpu_share_units=NODE_GPUS * 7000,
-            cpu_milli=0,
-            memory_mib=0,
-            node_hourly_usd=NODE_USD_PER_HOUR,
-            capacity_type="on-demand",
-            start=start,
-            end=end,
-        )
-        s.execute(update(JobRow).where(JobRow.id == job.id).values(state="SUCCEEDED", ended_at=end))
+    add_spend(api.db, team, usd, T0 - 60, project=project, labels=labels)
 
 
 def check(api: Api, who: str, **body: Any) -> Any:
