@@ -12,7 +12,8 @@ import argparse
 import json
 import time
 
-from gpufleet.sim.experiments.fragmentation import load_cluster, run_seed
+from gpufleet.io.experiments import load_cluster
+from gpufleet.sim.experiments.fragmentation import run_seed
 
 
 def main() -> None:

@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 from gpufleet.cost.catalog import PriceCatalog
+from gpufleet.io.traces import load_philly
 from gpufleet.sim.engine import SimOptions
-from gpufleet.sim.traces.philly import PhillyOptions, load_philly
+from gpufleet.sim.traces.philly import PhillyOptions
 from gpufleet.sim.whatif import run_whatif, simulate_baseline
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "philly" / "philly.csv"

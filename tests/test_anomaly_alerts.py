@@ -16,7 +16,9 @@ from sqlalchemy import update
 
 from gpufleet.clock import SimClock
 from gpufleet.control.budgets import BudgetService
-from gpufleet.cost.budgets import ANOMALY_THRESHOLD, DAY_S, last_complete_day, make_budget
+from gpufleet.cost.budget_model import make_budget
+from gpufleet.cost.budget_status import ANOMALY_THRESHOLD
+from gpufleet.cost.periods import DAY_S, last_complete_day
 from gpufleet.errors import InputError
 from gpufleet.notify.channels import EmailChannel, email_message, pagerduty_payload
 from gpufleet.store import budgets_repo, repo

@@ -12,7 +12,7 @@ import pytest
 
 from gpufleet.api.app import create_app
 from gpufleet.api.context import ApiContext
-from gpufleet.cost.budgets import make_budget
+from gpufleet.cost.budget_model import make_budget
 from gpufleet.store import budgets_repo, repo
 from tests.api_support import T0, Api, make_api
 

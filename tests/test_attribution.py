@@ -18,9 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpufleet.cost.attribution import CostReport, Filters, cost_report, daily_costs
-from gpufleet.cost.ledger import Ledger, NodeInterval, UnitPrices, UsageSegment, allocate, gpu_share
+from gpufleet.cost.allocation import allocate
+from gpufleet.cost.ledger import Ledger, NodeInterval, UsageSegment, gpu_share
+from gpufleet.cost.pricesplit import UnitPrices
+from gpufleet.cost.report import CostReport, Filters
 from gpufleet.cost.rules import apply_rules, load_rules
+from gpufleet.cost.spend import daily_costs, spend_report
 from gpufleet.errors import InputError
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import CapacityType
@@ -74,7 +77,7 @@ def test_sharing_splits() -> None:
     assert slice_share == Fraction(1, 7)
     led = build([a, b], [seg("m", a, slice_share, 0, H, team="mig-team"),
                          seg("f", b, Fraction(500, 1000), 0, H, team="frac-team")])  # fmt: skip
-    rep = cost_report(led, 0, H, aggregate=["team"])
+    rep = spend_report(led, 0, H, aggregate=["team"])
     assert totals(rep) == {("frac-team",): "2.00", ("mig-team",): "1.00"}
     assert rep.idle.total_cost_usd == d("8.00") and rep.totals.total_cost_usd == d("11.00")
     assert rep.row("mig-team").gpu_hours == pytest.approx(1 / 7)
@@ -86,7 +89,7 @@ def test_gpu_cpu_memory_broken_out() -> None:
     CPU $0.20, memory $0.16, total $9.64."""
     n = node("n", 2, 10.0, 0, 2 * H, cpu=8000, mem=32 * GIB)
     led = build([n], [seg("j", n, 1, 0, 2 * H, cpu=2000, mem=8 * GIB)])
-    rep = cost_report(led, 0, 2 * H, aggregate=["job"], unit_prices=SIMPLE)
+    rep = spend_report(led, 0, 2 * H, aggregate=["job"], unit_prices=SIMPLE)
     r = rep.row("j")
     assert (r.gpu_cost_usd, r.cpu_cost_usd, r.memory_cost_usd, r.total_cost_usd) == (
         d("9.28"), d("0.20"), d("0.16"), d("9.64"),
@@ -110,18 +113,18 @@ def test_dimensions() -> None:
         (["node", "pool", "gpu_model", "capacity_type"], {("n", "gpu-pool", "A100-80GB", "spot"): "6.00"}),
     ]
     for agg, expected in cases:
-        assert totals(cost_report(led, 0, H, aggregate=agg)) == expected, agg
+        assert totals(spend_report(led, 0, H, aggregate=agg)) == expected, agg
     with pytest.raises(InputError, match="unknown aggregate 'colour'"):
-        cost_report(led, 0, H, aggregate=["colour"])
+        spend_report(led, 0, H, aggregate=["colour"])
     with pytest.raises(InputError, match="twice"):
-        cost_report(led, 0, H, aggregate=["cost_center", "label:cost-center"])
+        spend_report(led, 0, H, aggregate=["cost_center", "label:cost-center"])
 
 
 def test_idle_spread_in_proportion_to_use() -> None:
     """4xA100 at $8/h for 1 h; team a holds 2 GPUs ($4), b 1 GPU ($2), idle $2 → a $5.33, b $2.67."""
     n = node("n", 4, 8.0, 0, H)
     led = build([n], [seg("a", n, 2, 0, H, team="a"), seg("b", n, 1, 0, H, team="b")])
-    rep = cost_report(led, 0, H, spread_idle=True)
+    rep = spend_report(led, 0, H, spread_idle=True)
     assert totals(rep) == {("a",): "5.33", ("b",): "2.67"} and rep.idle.total_cost_usd == 0
     assert rep.totals.total_cost_usd == d("8.00")
 
@@ -131,9 +134,9 @@ def test_filters_keep_the_cluster_totals() -> None:
     led = build([n], [seg("a", n, 2, 0, H, team="a", labels={"env": "prod"}),
                       seg("b", n, 1, 0, H, team="b", labels={"env": "dev"}),
                       seg("c", n, 1, 0, H, team="a", labels={"env": "dev"})])  # fmt: skip
-    rep = cost_report(led, 0, H, aggregate=["job"], filters=Filters(team="a"))
+    rep = spend_report(led, 0, H, aggregate=["job"], filters=Filters(team="a"))
     assert totals(rep) == {("a",): "4.00", ("c",): "2.00"} and rep.other.total_cost_usd == d("2.00")
-    rep = cost_report(led, 0, H, aggregate=["team"], filters=Filters(team="a", labels={"env": "dev"}))
+    rep = spend_report(led, 0, H, aggregate=["team"], filters=Filters(team="a", labels={"env": "dev"}))
     assert totals(rep) == {("a",): "2.00"} and rep.other.total_cost_usd == d("6.00")
     assert rep.totals.total_cost_usd == d("8.00")
 
@@ -142,7 +145,7 @@ def test_no_rules_matches_allocate() -> None:
     n = node("n", 8, 13.37, 0, 5000, cpu=64000, mem=512 * GIB)
     led = build([n], [seg("a", n, Fraction(3, 7), 17, 4000, cpu=3000, mem=5000, team="a"),
                       seg("b", n, Fraction(250, 1000), 100, 4999, team="b")])  # fmt: skip
-    rep = cost_report(led, 0, 5000)
+    rep = spend_report(led, 0, 5000)
     alloc = allocate(led, 0, 5000, ["team"])
     assert [(r.key, r.total_cost_usd, r.gpu_cost_usd) for r in rep.rows] == [
         (r.key, r.total_cost_usd, r.gpu_cost_usd) for r in alloc.rows
@@ -157,7 +160,7 @@ def test_open_records_as_of() -> None:
     led.open_node(Node("n", gpu_model="A100-80GB", gpu_count=2), hourly_usd=4.0, start=0)
     led.open(job_id="j", node="n", start=0, gpu_share=1, team="a", priority_class="urgent")
     rules = load_rules({"priority_multipliers": {"urgent": 2}})
-    rep = cost_report(led, 0, 10 * H, rules=rules, as_of=H)
+    rep = spend_report(led, 0, 10 * H, rules=rules, as_of=H)
     assert rep.window_end == H and totals(rep) == {("a",): "4.00"} and rep.adjustment.total_cost_usd == d("2.00")
     assert rep.totals.total_cost_usd == d("4.00")
 
@@ -323,7 +326,7 @@ def test_conservation_to_the_cent(sc: dict[str, Any]) -> None:
     led = build(sc["nodes"], sc["segs"])
     rules = load_rules(sc["rules"])
     ws, we = sc["window"]
-    rep = cost_report(led, ws, we, aggregate=sc["aggregate"], rules=rules, spread_idle=sc["spread"],
+    rep = spend_report(led, ws, we, aggregate=sc["aggregate"], rules=rules, spread_idle=sc["spread"],
                       filters=Filters(team=sc["team"]))  # fmt: skip
     # The rule, column by column, to the cent.
     for col in ("gpu_cost_usd", "cpu_cost_usd", "memory_cost_usd", "total_cost_usd"):

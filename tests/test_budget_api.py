@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpufleet.cost.budgets import Scope, period_at
+from gpufleet.control.budgets import committed_spend
+from gpufleet.cost.budget_model import Scope
+from gpufleet.cost.periods import period_at
 from gpufleet.store import budgets_repo
 from tests.api_support import T0, Api, make_api
 from tests.budget_support import add_node, add_spend
@@ -150,7 +152,7 @@ def test_64_concurrent_submitters_never_pass_the_limit(api: Api) -> None:
     assert results.count(201) == 12
     with api.db.session() as s:
         b = budgets_repo.budget_of(budgets_repo.get_budget(s, "alpha-cap"))
-        committed = budgets_repo.committed_spend(s, Scope.parse("team:alpha"), b.period_at(T0), T0)
+        committed = committed_spend(s, Scope.parse("team:alpha"), b.period_at(T0), T0)
     assert committed.total_usd <= 20.0 + 1e-9
     assert committed.total_usd == pytest.approx(19.5) and committed.jobs == 12
 

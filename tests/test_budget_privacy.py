@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 
 from gpufleet.control.budgets import evaluate_budget
-from gpufleet.cost.budgets import Throttle, ThrottleRule, apply_throttles, make_budget
+from gpufleet.cost.budget_model import Throttle, make_budget
+from gpufleet.cost.budgets import ThrottleRule, capacity_limits
 from gpufleet.model.job import GpuRequest, Job, JobSpec
 from gpufleet.model.node import Node
+from gpufleet.scheduling.admission import effective_priority
 from gpufleet.scheduling.profile import load_profile
 from gpufleet.sim.engine import Simulation
 from gpufleet.sim.traces.base import Trace, TraceJob
@@ -213,8 +215,9 @@ def test_an_owned_scope_covers_and_throttles_only_its_teams_jobs() -> None:
     rule = ThrottleRule("cc", b.scope, Throttle(priority="low"))
     mine = Job("m", JobSpec(name="m", team="beta", labels={"cc": "42"}), 0.0)
     theirs = Job("t", JobSpec(name="t", team="alpha", labels={"cc": "42"}), 0.0)
-    apply_throttles([rule], [mine, theirs], [])
-    assert mine.priority < theirs.priority
+    limits = capacity_limits([rule])
+    assert limits[0].covers(mine) and not limits[0].covers(theirs)
+    assert effective_priority(mine, limits) < effective_priority(theirs, limits) == theirs.spec.priority
 
 
 def test_an_owned_scopes_anomaly_check_sees_only_its_teams_spend() -> None:

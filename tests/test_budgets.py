@@ -8,25 +8,18 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gpufleet.cost.budgets import (
-    DEFAULT_RUNTIME_S,
-    Budget,
-    Scope,
-    Threshold,
-    Throttle,
-    ThrottleRule,
-    apply_throttles,
-    budget_status,
-    check_block,
-    crossed_thresholds,
-    dedup_key,
-    enforcing,
-    estimate_job_cost,
-    make_budget,
-    period_at,
-)
+from gpufleet.cost.budget_model import Budget, Scope, Threshold, Throttle, make_budget
+from gpufleet.cost.budget_status import budget_status, check_block, crossed_thresholds, dedup_key, enforcing
+from gpufleet.cost.budgets import ThrottleRule, capacity_limits
+from gpufleet.cost.job_estimate import DEFAULT_RUNTIME_S, estimate_job_cost
+from gpufleet.cost.periods import period_at
 from gpufleet.errors import InputError
 from gpufleet.model.job import GpuRequest, Job, JobSpec
+from gpufleet.model.node import CapacityType, Node
+from gpufleet.scheduling.cycle import ClusterState
+from gpufleet.scheduling.preemption import RunningJob
+from gpufleet.scheduling.profile import load_profile
+from gpufleet.scheduling.snapshot import ClusterSnapshot
 
 
 def ts(year: int, month: int, day: int, hour: int = 0, minute: int = 0, tz: str = "UTC") -> float:
@@ -172,22 +165,30 @@ def _job(i: str, team: str, gpus: int = 1, prio: str = "normal", preemptible: bo
 
 
 def test_throttles_lower_priority_cap_gpus_and_allow_spot_only() -> None:
+    """Throttles in force are capacity limits of the one scheduling cycle (no second pass)."""
+    snap = ClusterSnapshot(max_gpus=8, capacity=4)
+    snap.add_node(Node("od", "A100-80GB", 8, 0, 0))
+    snap.add_node(Node("sp", "A100-80GB", 8, 0, 0, capacity_type=CapacityType.SPOT))
+    sched = load_profile({"preemption": False}).build()
+    ar = _job("ar", "alpha", 1)
+    d = sched.cycle(ClusterState(snap, [ar], {}), 0.0)
+    running = {ar.id: RunningJob(ar, d.placements[0].assignments, "A100-80GB")}
     a1, a2, a3 = _job("a1", "alpha", 2, t=1), _job("a2", "alpha", 2, t=2), _job("a3", "alpha", 1, "high", t=3)
     b1 = _job("b1", "beta", 4)
-    running = [_job("ar", "alpha", 1)]
     rule = ThrottleRule("cap", Scope.parse("team:alpha"), Throttle(priority="low", max_gpus=4))
-    out = apply_throttles([rule], [a1, a2, a3, b1], running)
-    assert {j.id for j in out.pending} == {"a3", "a1", "b1"}  # 1 running + a3 (prio first) + a1 = 4 GPUs
-    assert "a2" in out.held and "4 GPUs" in out.held["a2"]
-    assert a1.priority == 50 and a3.priority == 50 and running[0].priority == 50 and b1.priority == 100
+    d = sched.cycle(ClusterState(snap, [a1, a2, a3, b1], running, limits=capacity_limits([rule])), 1.0)
+    assert {p.job.id for p in d.placements} == {"a3", "a1", "b1"}  # 1 running + a1 + a3 = 4 GPUs
+    assert "4 GPUs" in d.waiting["a2"].reason
+    assert a1.priority == 50 and a3.priority == 50 and a2.priority == 50 and b1.priority == 100
     # lifted: priorities come back
-    apply_throttles([], [a1, a3], running)
-    assert a1.priority == 100 and a3.priority == 500
+    sched.cycle(ClusterState(snap, [a2], running), 2.0)
+    assert a2.priority == 100
     spot = ThrottleRule("spot", Scope.parse("team:alpha"), Throttle(spot_only=True))
-    p, n = _job("p", "alpha", preemptible=True), _job("n", "alpha")
-    out = apply_throttles([spot], [p, n, b1], [])
-    assert [j.id for j in out.spot_only] == ["p"] and "not preemptible" in out.held["n"]
-    assert [j.id for j in out.pending] == ["b1"]
+    p, n, b2 = _job("p", "alpha", preemptible=True), _job("n", "alpha"), _job("b2", "beta")
+    d = sched.cycle(ClusterState(snap, [p, n, b2], running, limits=capacity_limits([spot])), 3.0)
+    where = {pl.job.id: snap.names[pl.assignments[0].node] for pl in d.placements}
+    assert where["p"] == "sp" and "n" not in where and "not preemptible" in d.waiting["n"].reason
+    assert "budget" not in d.waiting["b2"].reason  # beta is not throttled: od is just full
 
 
 def test_threshold_validation() -> None:

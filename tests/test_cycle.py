@@ -318,3 +318,141 @@ def test_clustering_policy_observes_reservations_and_releases() -> None:
     for p in d.placements:
         w.sched.release(p.job, p.assignments, w.snap, now=5)
     assert int(w.snap.free_milli[: w.snap.n].sum()) == 16000
+
+
+# -- incremental order and early stop: the same decisions as the eager cycle ----------------------------
+class _Eager:
+    """A queue sort without ``iter_order``: the cycle orders the whole queue and never stops early."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.name = "eager"
+
+    def order(self, jobs: list[Job], ctx: object) -> list[Job]:
+        return self.inner.order(jobs, ctx)  # type: ignore[attr-defined,no-any-return]
+
+
+def _random_world(seed: int, lazy: bool, profile: dict[str, object]) -> list[tuple[object, ...]]:
+    """A small world loop: jobs arrive, cycles start what fits, jobs end by their runtime. Returns
+    every cycle's decisions (placements with nodes and GPUs, waiting reasons, reservation, order)."""
+    import random
+
+    rng = random.Random(seed)
+    c = cluster().add("n1", gpus=8).add("n2", gpus=8).add("n3", "V100-16GB", gpus=4).add("sp", gpus=4, spot=True)
+    w = world(c, **profile)
+    w.sched.lazy_queue_min = 0  # index and order lazily from the first job (the default waits for 64)
+    if not lazy:
+        w.sched.queue_sort = _Eager(w.sched.queue_sort)  # type: ignore[assignment]
+    jobs: list[Job] = []
+    for i in range(120):
+        b = job(f"j{i:03d}").team(rng.choice("abc")).gpus(rng.choice([1, 1, 1, 2, 4, 8])).at(rng.uniform(0, 4000))
+        b = b.priority(rng.choice(["low", "normal", "high"])).runtime(rng.uniform(100, 3000), rng.uniform(100, 3000))
+        if rng.random() < 0.2:
+            b = b.preemptible(300)
+        if rng.random() < 0.1:
+            b = b.types("V100-16GB")
+        if rng.random() < 0.05:
+            b = b.gang(2)
+        jobs.append(b.build())
+    jobs.sort(key=lambda j: j.submit_time)
+    pending: dict[str, Job] = {}
+    out: list[tuple[object, ...]] = []
+    k = 0
+    for step in range(80):
+        now = step * 100.0
+        while k < len(jobs) and jobs[k].submit_time <= now:
+            pending[jobs[k].id] = jobs[k]
+            k += 1
+        for rid, rj in list(w.running.items()):  # ends
+            if rj.job.start_time is not None and now - rj.job.start_time >= (rj.job.spec.duration_s or 0):
+                w.sched.release(rj.job, rj.assignments, w.snap, now)
+                rj.job.transition(JobState.SUCCEEDED, now, "done")
+                del w.running[rid]
+        d = w.sched.cycle(ClusterState(w.snap, list(pending.values()), w.running), now)
+        for p in d.preemptions:
+            rj = w.running.pop(p.victim.job.id)
+            w.sched.release(rj.job, rj.assignments, w.snap, now)
+            rj.job.transition(JobState.PREEMPTED, now, "p")
+            rj.job.transition(JobState.PENDING, now, "p")
+            rj.job.start_time = None
+            w.sched.job_stopped(rj.job.id)
+            pending[rj.job.id] = rj.job
+        for p in d.placements:
+            j = p.job
+            del pending[j.id]
+            j.transition(JobState.ADMITTED, now, "t")
+            j.transition(JobState.RUNNING, now, "t")
+            j.start_time = now
+            t = w.snap.gpu_types[int(w.snap.gpu_type[p.assignments[0].node])] if j.spec.gpu.count else ""
+            w.running[j.id] = RunningJob(j, p.assignments, t)
+        out.append(
+            (
+                [(p.job.id, p.assignments, p.backfilled) for p in d.placements],
+                sorted((v.victim.job.id, v.preemptor) for v in d.preemptions),
+                sorted((i, s.code, s.reason) for i, s in d.waiting.items()),
+                d.reservation,
+                [j.id for j in d.order],
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    "profile",
+    [
+        {"queue_sort": "drf"},
+        {"queue_sort": "drf", "backfill": "greedy", "preemption": False},
+        {"queue_sort": "drf", "backfill": "strict"},
+        {"queue_sort": "decayed", "aging": {"interval_s": 300, "boost": 50}},
+        {"queue_sort": "drf", "teams": {t: {"quota": {"*": 6}, "cohort": "x"} for t in "ab"}},
+    ],
+    ids=["drf-easy", "drf-greedy", "drf-strict", "decayed-aging", "drf-quotas"],
+)
+def test_lazy_incremental_cycle_decides_as_the_eager_one(seed: int, profile: dict[str, object]) -> None:
+    lazy = _random_world(seed, True, profile)
+    eager = _random_world(seed, False, profile)
+    for i, (a, b) in enumerate(zip(lazy, eager, strict=True)):
+        assert a == b, f"cycle {i} differs"
+
+
+def test_a_full_cluster_stops_the_cycle_early_and_fills_the_rest_lazily() -> None:
+    w = world(cluster().add("n1", gpus=2), backfill="easy")
+    assert w.sched.lazy_queue_min <= 300
+    w.start(job("r").gpus(2).runtime(3600, 3600).build(), "n1")
+    queue = [job(f"q{i:03d}").gpus(1).runtime(7200, 7200).at(i).build() for i in range(300)]
+    d = w.cycle(queue, now=10)
+    assert d._order_rest is not None and len(d._order) < 10  # stopped after a few jobs
+    assert d.waiting["q299"].reason == "no node has room" and len(d.waiting) == 300
+    assert [j.id for j in d.order] == [j.id for j in queue]  # the whole order, when read
+
+
+DIFFS = [
+    # name, previous queue, this queue (letters are jobs), expected (arrived, left) or None (not aligned)
+    ("nothing changed", "abcd", "abcd", ("", "")),
+    ("arrivals at the end", "abcd", "abcdef", ("ef", "")),
+    ("departures anywhere", "abcdef", "acf", ("", "bde")),
+    ("both", "abcdef", "acfxy", ("xy", "bde")),
+    ("moved to the end is gone and back", "abcd", "acdb", ("b", "b")),
+    ("emptied", "abc", "", ("", "abc")),
+    ("a job twice", "abc", "abcb", None),
+]
+
+
+@pytest.mark.parametrize(("name", "prev", "cur", "expected"), DIFFS, ids=[d[0] for d in DIFFS])
+def test_queue_diffs_by_identity(name: str, prev: str, cur: str, expected: tuple[str, str] | None) -> None:
+    from gpufleet.scheduling.framework import aligned_diff, diff_queue
+
+    objs = {c: job(c).build() for c in "abcdefxy"}
+    p, q = [objs[c] for c in prev], [objs[c] for c in cur]
+    got = aligned_diff(p, set(map(id, p)), q)
+    full = diff_queue(set(map(id, p)), {id(j): j for j in p}, q)
+    if expected is None:
+        assert got is None and full is None
+        return
+    assert got is not None and full is not None
+    assert ("".join(j.id for j in got[0]), "".join(sorted(j.id for j in got[1]))) == expected
+    # the set diff finds the net change (a job moved within the queue did not leave it)
+    net_arrived = {j.id for j in got[0]} - {j.id for j in got[1]}
+    net_left = {j.id for j in got[1]} - {j.id for j in got[0]}
+    assert ({j.id for j in full[1]}, {j.id for j in full[2]}) == (net_arrived, net_left)

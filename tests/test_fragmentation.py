@@ -10,13 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli.experiment import experiment_app, parse_seeds
+from gpufleet.io.experiments import load_cluster, load_published
 from gpufleet.sim.experiments.fragmentation import (
     ARRIVED_PCT,
     Cluster,
     arrival_order,
     discretize,
-    load_cluster,
-    load_published,
     run_experiment,
     run_seed,
     typical_pods,

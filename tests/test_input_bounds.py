@@ -27,11 +27,11 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app as cli_app
 from gpufleet.errors import GpufleetError, InputError, TraceError
+from gpufleet.io.traces import load_openb_nodes, load_openb_pods, load_philly
 from gpufleet.sim import limits
 from gpufleet.sim.clusterspec import load_cluster
 from gpufleet.sim.traces.jsonl import parse_jsonl
-from gpufleet.sim.traces.openb import load_openb_nodes, load_openb_pods
-from gpufleet.sim.traces.philly import PhillyOptions, load_philly
+from gpufleet.sim.traces.philly import PhillyOptions
 from gpufleet.sim.traces.synthetic import SyntheticOptions
 from gpufleet.store import repo
 from tests.api_support import Api, fields, make_api, problem

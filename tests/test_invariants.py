@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpufleet.cost.ledger import allocate
+from gpufleet.cost.allocation import allocate
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import GpuRequest, JobSpec
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode

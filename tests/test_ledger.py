@@ -11,18 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet.cost.ledger import (
-    Allocation,
-    CostLine,
-    Ledger,
-    LedgerError,
-    NodeInterval,
-    UnitPrices,
-    UsageSegment,
-    allocate,
-    gpu_share,
-    split_node_price,
-)
+from gpufleet.cost.allocation import Allocation, CostLine, allocate
+from gpufleet.cost.ledger import Ledger, LedgerError, NodeInterval, UsageSegment, gpu_share
+from gpufleet.cost.pricesplit import UnitPrices, split_node_price
 from gpufleet.errors import InputError
 from gpufleet.model import CapacityType, GpuRequest, Job, JobSpec, Node, PodPlacement
 

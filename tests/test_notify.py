@@ -11,7 +11,7 @@ import pytest
 
 from gpufleet.clock import SimClock
 from gpufleet.control.budgets import BudgetService
-from gpufleet.cost.budgets import make_budget
+from gpufleet.cost.budget_model import make_budget
 from gpufleet.errors import InputError
 from gpufleet.notify.channels import DeliveryError, deliver, parse_channel, validate_channels
 from gpufleet.store import budgets_repo

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpufleet.errors import TraceError
-from gpufleet.sim.traces.openb import load_openb_nodes, load_openb_pods, load_openb_trace
+from gpufleet.io.traces import load_openb_nodes, load_openb_pods, load_openb_trace
 
 HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gpufleet.errors import InputError
+from gpufleet.io.results import read_json, write_csv, write_json
 from gpufleet.sim.report import MAX_POINTS, downsample, render_html
 from gpufleet.sim.results import JobRecord, Sample, SimResult
 
@@ -120,7 +121,7 @@ def test_cost_by_team() -> None:
 
 
 def test_csv_output(tmp_path: Path) -> None:
-    jobs, ts = hand_built().to_csv(tmp_path / "out")
+    jobs, ts = write_csv(hand_built(), tmp_path / "out")
     with open(jobs, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["job_id"] for r in rows] == ["a", "b", "c", "d"]
@@ -142,10 +143,10 @@ def test_csv_output(tmp_path: Path) -> None:
 
 def test_json_round_trip(tmp_path: Path) -> None:
     result = hand_built()
-    path = result.to_json(tmp_path / "r" / "result.json")
+    path = write_json(result, tmp_path / "r" / "result.json")
     data = json.loads(path.read_text())
     assert data["summary"]["utilization"] == pytest.approx(0.375)
-    back = SimResult.from_json(path)
+    back = read_json(path)
     assert (back.records, back.samples, back.config, back.makespan) == (
         result.records,
         result.samples,
@@ -154,7 +155,7 @@ def test_json_round_trip(tmp_path: Path) -> None:
     )
     (tmp_path / "junk.json").write_text('{"records": 1}')
     with pytest.raises(InputError, match=r"junk\.json"):
-        SimResult.from_json(tmp_path / "junk.json")
+        read_json(tmp_path / "junk.json")
 
 
 class Page(HTMLParser):

@@ -14,9 +14,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from gpufleet.control.settings import load_settings
-from gpufleet.cost.attribution import CostReport, cost_report
 from gpufleet.cost.ledger import Ledger, NodeInterval, UsageSegment
+from gpufleet.cost.report import CostReport
 from gpufleet.cost.rules import NodePrice, NodePriceConfig, apply_rules, load_rules, rules_from_setting
+from gpufleet.cost.spend import spend_report
 from gpufleet.errors import ConfigError
 from gpufleet.model.node import CapacityType
 
@@ -55,7 +56,7 @@ def build(nodes: list[NodeInterval], segs: list[UsageSegment]) -> Ledger:
 
 
 def report(led: Ledger, start: float, end: float, rules: dict[str, Any] | None, **kw: Any) -> CostReport:
-    return cost_report(led, start, end, rules=None if rules is None else load_rules(rules), **kw)
+    return spend_report(led, start, end, rules=None if rules is None else load_rules(rules), **kw)
 
 
 def usd(x: str) -> Decimal:

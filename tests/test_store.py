@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from gpufleet.backends.base import GpuSample
 from gpufleet.cli.db import db_app
-from gpufleet.cost.ledger import allocate
+from gpufleet.cost.allocation import allocate
 from gpufleet.errors import ConflictError, InputError, NotFoundError, StoreError, TransitionError
 from gpufleet.model.job import GpuRequest, JobState, PodPlacement
 from gpufleet.model.node import CapacityType, Node, SharingMode
@@ -41,7 +41,7 @@ from gpufleet.store.models import Base, JobRow, Token
 
 
 
-HEAD = "0005"  # the newest migration
+HEAD = "0006"  # the newest migration
 
 def submit(
     db: Database,
@@ -710,3 +710,26 @@ def test_cli_db_upgrade_and_current(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     res = runner.invoke(app, ["db", "upgrade", "--db", "postgresql+psycopg://u:pw@127.0.0.1:1/x"])
     assert res.exit_code == 2
     assert "cannot" in res.output and "u:***@" in res.output and ":pw@" not in res.output
+
+
+# -- the repository facade ------------------------------------------------------------------------
+
+
+def test_repo_is_a_facade_over_one_module_per_aggregate() -> None:
+    """``gpufleet.store.repo`` re-exports every public function of its aggregate modules (the
+    same objects: no duplicate definitions), and defines none itself."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    modules = [m.name for m in pkgutil.iter_modules(repo.__path__) if not m.name.startswith("_")]
+    assert {"teams", "tokens", "jobs", "runs", "nodes", "segments", "gpu_samples", "controllers"} <= set(modules)
+    for name in modules:
+        module = importlib.import_module(f"gpufleet.store.repo.{name}")
+        assert module.__doc__ and len(module.__doc__.strip().splitlines()) == 1, f"{name}: a one-line docstring"
+        for fn_name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ == module.__name__ and not fn_name.startswith("_"):
+                assert getattr(repo, fn_name, None) is fn, f"repo.{fn_name} is not re-exported from {name}"
+                assert fn_name in repo.__all__
+    own = [n for n, f in inspect.getmembers(repo, inspect.isfunction) if f.__module__ == repo.__name__]
+    assert own == []

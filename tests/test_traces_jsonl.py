@@ -11,12 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.errors import TraceError
+from gpufleet.io.traces import dump_jsonl, load_jsonl
 from gpufleet.model.gpu import GPU_MODELS
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
 from gpufleet.sim.limits import MAX_CPU_MILLI, MAX_MEMORY_MIB, MAX_TIME_S
 from gpufleet.sim.traces.base import Trace, TraceJob
-from gpufleet.sim.traces.jsonl import dump_jsonl, iter_jsonl, load_jsonl, mig_profile, parse_jsonl
+from gpufleet.sim.traces.jsonl import iter_jsonl, mig_profile, parse_jsonl
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "trace-formats.md"
 

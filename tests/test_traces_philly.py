@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import InputError, TraceError
-from gpufleet.sim.traces.philly import PhillyOptions, gang_shape, load_philly
+from gpufleet.io.traces import load_philly
+from gpufleet.sim.traces.philly import PhillyOptions, gang_shape
 
 PHILLY = Path(__file__).resolve().parents[2] / "shared" / "data" / "philly" / "philly.csv"
 HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"

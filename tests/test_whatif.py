@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import InputError
+from gpufleet.io.traces import load_philly
 from gpufleet.sim.engine import SimOptions
-from gpufleet.sim.traces.philly import PhillyOptions, load_philly
+from gpufleet.sim.traces.philly import PhillyOptions
 from gpufleet.sim.traces.synthetic import SyntheticOptions, generate_synthetic
 from gpufleet.sim.whatif import (
     HistoryJob,

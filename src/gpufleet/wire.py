@@ -147,6 +147,8 @@ class JobSubmit(_Wire):
     memory_mib: Annotated[int, Field(strict=True, ge=0, le=64 * 1024 * 1024)] = 0
     preemptible: bool = Field(default=False, strict=True)
     checkpoint_dir: Annotated[AbsPath | None, Field(max_length=4096)] = None
+    # how often the job checkpoints: the work a preemption costs it is accounted from this
+    checkpoint_interval_s: Annotated[float | None, Field(strict=True, gt=0, le=366 * 86400)] = None
     max_runtime_s: Annotated[float | None, Field(strict=True, gt=0, le=366 * 86400)] = None
     estimated_runtime_s: Annotated[float | None, Field(strict=True, gt=0, le=366 * 86400)] = None
     budget_usd: Annotated[float | None, Field(strict=True, gt=0, le=1e9)] = None  # stop the job at this cost

@@ -146,7 +146,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     for module in (jobs, queue, nodes, teams, tokens, usage):
         app.include_router(module.router)
     app.include_router(insights.router)  # progress, forecasts, anomalies, recommendations, ROI
-    app.include_router(budgets.router)  # budgets: /v1/budgets
+    app.include_router(budgets.router)  # /v1/budgets
     app.include_router(system.v1)
     app.include_router(system.root)
     app.add_middleware(BodyLimitMiddleware, max_bytes=ctx.max_body_bytes)  # inside metrics: 413s are counted

@@ -3,7 +3,8 @@ embedders create many apps in one process).
 
 Per request only counters and a histogram observation are touched (labelled by route template, so
 ``/v1/jobs/{job_id}`` is one series). Store-derived gauges (jobs by state and team, queue length,
-GPUs allocated and total) are computed when Prometheus scrapes, with a few aggregate queries.
+GPUs allocated and total) are computed when Prometheus scrapes, with a few aggregate queries (store
+functions of :mod:`gpufleet.store.repo`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufleet.api.context import ApiContext
 from gpufleet.store import repo
-from gpufleet.store.models import JobRow, NodeRow, RunRow
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +71,15 @@ class StoreCollector(Collector):
         up = GaugeMetricFamily("gpufleet_store_up", "1 if the store answered this scrape")
         try:
             with self._ctx.database.session() as s:
-                counts = s.execute(select(JobRow.state, JobRow.team, func.count()).group_by(JobRow.state, JobRow.team))
                 pending = 0
-                for state, team, n in counts:
+                for state, team, n in repo.job_counts(s):
                     jobs.add_metric([state, team], n)
                     if state == "PENDING":
                         pending += n
                 leader = repo.leader(s, self._ctx.clock.now())
                 queue.add_metric([], len(leader.queue) if leader is not None else pending)
-                gpus = s.scalar(select(func.coalesce(func.sum(NodeRow.gpu_count), 0)).where(NodeRow.state != "removed"))
-                total.add_metric([], float(gpus or 0))
-                placements = s.scalars(select(RunRow.placement).where(RunRow.ended_at.is_(None)))
-                allocated.add_metric([], sum(_held(p) for p in placements))
+                total.add_metric([], float(repo.gpu_capacity(s)))
+                allocated.add_metric([], sum(_held(p) for p in repo.open_run_placements(s)))
             up.add_metric([], 1)
         except Exception:  # a scrape must not fail because the store is down: say so instead
             log.warning("metrics: the store did not answer", exc_info=True)

@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from gpufleet.model.job import PodPlacement
-from gpufleet.model.node import Node
+from gpufleet.model.node import Node, NodePool
 
 
 class Capability(StrEnum):
@@ -60,6 +60,10 @@ class LaunchRequest:
     run_as: str | None = None  # the Unix account to run as; None: the server's own (single-user only)
     cpu_milli: int = 0  # the request, enforced where the backend can (0: no limit)
     memory_mib: int = 0
+    # the work already saved by checkpoints, as the scheduler accounts it, and the job's declared
+    # length of work: a simulated backend runs the rest for that long, a real one ignores both
+    work_done_s: float = 0.0
+    duration_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +76,14 @@ class RunHandle:
 
 
 class EventKind(StrEnum):
-    STARTED = "started"
     SUCCEEDED = "succeeded"  # exited 0
     FAILED = "failed"  # non-zero exit or killed by a signal nobody asked for
     STOPPED = "stopped"  # stopped on request (preemption, cancel): see ``reason``
     TIMED_OUT = "timed-out"  # ran past max runtime
     LOST = "lost"  # the run vanished without a recorded exit (machine reboot, shim killed)
-    NODE_ADDED = "node-added"
-    NODE_INTERRUPTED = "node-interrupted"
-    NODE_REMOVED = "node-removed"
+    NODE_ADDED = "node-added"  # a node (provisioned earlier) is ready for work: ``node``
+    NODE_INTERRUPTED = "node-interrupted"  # notice that spot capacity is being taken back: ``node``
+    NODE_REMOVED = "node-removed"  # a node is gone, with whatever ran on it: ``node``
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,18 @@ class Backend(Protocol):
     def telemetry(self) -> list[GpuSample]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Provisioner(Protocol):
+    """What a backend with :attr:`Capability.AUTOSCALING` also offers: node pools it can grow and
+    shrink. A provisioned node is billed from the call and reported ready by a ``NODE_ADDED`` event."""
+
+    def pools(self) -> list[NodePool]: ...
+
+    def provision(self, pool: str, count: int, now: float) -> list[Node]: ...
+
+    def release(self, node: str, now: float) -> None: ...
 
 
 def read_job_file(path: os.PathLike[str] | str, offset: int, limit: int) -> bytes | None:

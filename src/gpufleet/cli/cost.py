@@ -25,7 +25,7 @@ from gpufleet.cli import jobs
 from gpufleet.cli.common import console
 from gpufleet.cli.jobs import TokenOpt, UrlOpt
 from gpufleet.cli.render import EXIT_INPUT, api_errors, bad_option, emit_json, money, note
-from gpufleet.cost.attribution import DIMENSIONS
+from gpufleet.cost.report import DIMENSIONS
 from gpufleet.sdk.client import Client
 from gpufleet.wire import CostLineOut, UsageReport
 

@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.errors import GpufleetError
+from gpufleet.io.experiments import run_fragmentation
 from gpufleet.scheduling import placement as _placement  # noqa: F401  (registers the policies)
 from gpufleet.scheduling.framework import PLACEMENT
-from gpufleet.sim.experiments.fragmentation import TraceResult, run_experiment
+from gpufleet.sim.experiments.fragmentation import TraceResult
 
 experiment_app = typer.Typer(help="Reproduce research experiments.", no_args_is_help=True)
 
@@ -28,6 +29,7 @@ DEFAULT_POLICIES = ["fgd", "bestfit", "fgd-cpu"]
 @experiment_app.callback()
 def _group() -> None:
     """Reproduce research experiments."""
+
 
 CURVE_POINTS = range(0, 131, 10)
 
@@ -129,7 +131,9 @@ def fragmentation(
     if published is not None and not (published / "analysis_allo_discrete.csv").is_file():
         raise _fail(f"{published}: analysis_allo_discrete.csv not found")
     try:
-        results = run_experiment(traces, policies, seed_list, inflation=inflation, published=published, workers=workers)
+        results = run_fragmentation(
+            traces, policies, seed_list, inflation=inflation, published=published, workers=workers
+        )
     except GpufleetError as exc:
         raise _fail(exc.message) from None
     if as_json:

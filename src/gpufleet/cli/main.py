@@ -28,7 +28,7 @@ app.command("simulate")(simulate)
 app.add_typer(experiment_app, name="experiment", help="Reproducible experiments (e.g. FGD fragmentation).")
 jobs.register(app)  # API client commands: submit, ls, show, logs, cancel, wait, queue, nodes, team, token, ...
 cost.register(app)  # gpufleet cost [...] and cost update-prices
-app.add_typer(__import__("gpufleet.cli.budget", fromlist=["budget_app"]).budget_app, name="budget")  # budgets
+app.add_typer(__import__("gpufleet.cli.budget", fromlist=["budget_app"]).budget_app, name="budget")
 __import__("gpufleet.cli.optimize", fromlist=["register"]).register(app)  # optimize, whatif, roi
 
 
@@ -45,9 +45,9 @@ def prices(
     path: Annotated[str | None, typer.Option(help="a price catalog CSV (default: the bundled one)")] = None,
 ) -> None:
     """Show the GPU price catalog with its provenance."""
-    from gpufleet.cost.catalog import PriceCatalog
+    from gpufleet.io.catalog import load_catalog
 
-    cat = PriceCatalog.load(path)
+    cat = load_catalog(path)
     table = Table(title=f"GPU prices — {cat.provenance.path} (sha256 {cat.provenance.sha256[:12]})")
     for col in ("provider", "region", "offering", "gpu", "gpus", "on-demand $/h", "spot $/h", "$/GPU-h"):
         table.add_column(col)

@@ -15,7 +15,6 @@ from gpufleet.cli.common import console, handle_errors
 from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt
 from gpufleet.cli.render import api_errors, emit_json
 from gpufleet.cost.roi import format_roi
-from gpufleet.errors import InputError
 from gpufleet.wire import RecommendationOut, RoiOut
 
 if TYPE_CHECKING:
@@ -87,21 +86,15 @@ def _history_trace(window: str, db_url: str | None, limit: int | None) -> Trace:
     import time
 
     from gpufleet.api.windows import parse_window
-    from gpufleet.sim.whatif import history_from_store, trace_from_history
+    from gpufleet.control.whatif import history_trace
     from gpufleet.store.db import Database, default_db_url
 
     w = parse_window(window, time.time(), field="--trace history:WINDOW")
     database = Database(db_url or default_db_url())
     try:
-        with database.session(readonly=True) as s:
-            jobs = history_from_store(s, w.start, w.end)
+        return history_trace(database, w.start, w.end, name=f"history:{window}", limit=limit)
     finally:
         database.dispose()
-    if limit is not None:
-        jobs = jobs[:limit]
-    if not jobs:
-        raise InputError(f"no recorded jobs ran in {window} in {database.masked_url}", field="--trace")
-    return trace_from_history(jobs, name=f"history:{window}")
 
 
 @handle_errors
@@ -133,10 +126,11 @@ def whatif(
 ) -> None:
     """Replay a trace twice — a fixed on-demand cluster, and the same with ONE change — and report the
     cost, wait and JCT difference and how close the variant gets to the lower bound."""
+    from gpufleet.io.catalog import load_catalog
+    from gpufleet.io.traces import TraceOptions, load_trace
     from gpufleet.scheduling.profile import Profile, load_profile
     from gpufleet.sim.clusterspec import load_cluster
     from gpufleet.sim.engine import SimOptions
-    from gpufleet.sim.runner import TraceOptions, load_trace
     from gpufleet.sim.whatif import parse_change, run_whatif
 
     ch = parse_change(change)
@@ -149,7 +143,12 @@ def whatif(
     if not as_json:
         console.print(f"what-if [bold]{ch.text}[/] on {tr.name}: {len(tr.jobs):,} jobs, baseline and variant …")
     result = run_whatif(
-        tr, ch, profile=prof, nodes=nodes, options=SimOptions(seed=seed, spot_hazard_per_node_hour=spot_hazard)
+        tr,
+        ch,
+        profile=prof,
+        nodes=nodes,
+        options=SimOptions(seed=seed, spot_hazard_per_node_hour=spot_hazard),
+        catalog=load_catalog(),
     )
     d = result.to_dict()
     if as_json:

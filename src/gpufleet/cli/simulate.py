@@ -10,11 +10,14 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import console, handle_errors
+from gpufleet.io.catalog import load_catalog
+from gpufleet.io.results import write_csv, write_json
+from gpufleet.io.traces import TraceOptions, load_trace
 from gpufleet.scheduling.profile import Profile, load_profile
 from gpufleet.sim.clusterspec import load_cluster
 from gpufleet.sim.engine import SimOptions
 from gpufleet.sim.report import render_html
-from gpufleet.sim.runner import TraceOptions, load_trace, run_simulation
+from gpufleet.sim.runner import run_simulation
 
 
 @handle_errors
@@ -58,14 +61,14 @@ def simulate(
     opts = SimOptions(seed=seed, spot_hazard_per_node_hour=spot_hazard, failure_prob=failure_prob)
     if not as_json:
         console.print(f"simulating [bold]{tr.name}[/]: {len(tr.jobs):,} jobs …")
-    result = run_simulation(tr, prof, cluster=spec, options=opts, elastic=elastic)
+    result = run_simulation(tr, prof, cluster=spec, options=opts, catalog=load_catalog(), elastic=elastic)
     summary = result.summary()
     if report:
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(render_html(result), encoding="utf-8")
     if out:
-        result.to_csv(out)
-        result.to_json(out / "result.json")
+        write_csv(result, out)
+        write_json(result, out / "result.json")
     if as_json:
         print(json.dumps(summary, default=str))
         return

@@ -10,7 +10,7 @@ Every ``interval_s`` (:meth:`BudgetService.maybe_run`, called from the controlle
 2. the limit crossing (100 %) is recorded for every budget that acts (throttle, block) even when
    no 100 % threshold is configured, because the grace period counts from it;
 3. the throttles in force (over the limit for at least ``grace_s``) are handed to the controller,
-   which applies them to each scheduling cycle (:func:`gpufleet.cost.budgets.apply_throttles`);
+   which applies them to each scheduling cycle as capacity limits (:func:`gpufleet.cost.budgets.capacity_limits`);
 4. for each budget with ``anomaly_alerts``, at most once per local day: the last complete day of its
    scope in its time zone is judged against its rolling 7-day baseline (:func:`check_anomaly`); an
    anomaly is one alert (kind ``anomaly``) per budget per day, by the same unique constraint, whose
@@ -22,44 +22,194 @@ Every ``interval_s`` (:meth:`BudgetService.maybe_run`, called from the controlle
 
 The block check of submissions does not wait for this timer: the API does it atomically with each
 insert (:func:`check_submission`).
+
+Money. Every figure here — a scope's spend, a job's spend, the anomaly series, the metered part of
+the committed spend — comes from :mod:`gpufleet.cost.spend` with the server's pricing rules (the
+``rules`` given to :class:`BudgetService` and :func:`check_submission`: the same
+:class:`~gpufleet.cost.rules.PricingRules` object ``/v1/usage`` prices with,
+``ApiContext.pricing_rules``), so a budget alerts, throttles and blocks on the figure the bill
+shows. Estimates of what is still to come price a GPU-hour with
+:func:`gpufleet.cost.job_estimate.usd_per_gpu_hour`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock
-from gpufleet.cost.budgets import (
-    LIMIT_PERCENT,
-    Budget,
-    BudgetExceededError,
-    BudgetStatus,
-    ThrottleRule,
-    budget_status,
-    check_block,
-    enforcing,
-    estimate_job_cost,
-    iso,
-    last_complete_day,
-    limit_severity,
-)
+from gpufleet.cost.anomaly import Anomaly, AnomalyConfig, KeyFilter, scan_ledger
+from gpufleet.cost.budget_model import Budget, Scope
+from gpufleet.cost.budgets import ThrottleRule
+from gpufleet.cost.job_estimate import estimate_job_cost, usd_per_gpu_hour
+from gpufleet.cost.periods import DAY_S, Period, iso, last_complete_day, zone
+from gpufleet.cost.rules import PricingRules
+from gpufleet.cost.spend import job_costs_usd, scope_spend_usd
 from gpufleet.errors import PermissionDeniedError
+from gpufleet.loop.budgets import Evaluation, block_refusal, evaluate
 from gpufleet.notify.channels import deliver
 from gpufleet.notify.outbox import DispatchStats, Outbox, Sender
-from gpufleet.store import budgets_repo
+from gpufleet.store import budgets_repo, repo, usage_repo
 from gpufleet.store.db import Database
-from gpufleet.store.models import BudgetAlertRow, JobRow
+from gpufleet.store.models import BudgetAlertRow, BudgetRow, JobRow
 
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 10.0
+# Days of history an anomaly check loads: enough for the 21 days before a day is judged and three
+# earlier same weekdays for its day-of-week factor, without loading months of ledger once a day.
+ANOMALY_HISTORY_DAYS = 35
+
+
+# -- what budgets spend -------------------------------------------------------------------------------
+
+
+def scope_spend(
+    s: Session, scope: Scope, start: float, end: float, now: float, *, rules: PricingRules | None = None
+) -> float:
+    """What jobs in ``scope`` were charged in ``[start, min(end, now))``: the ledger (stored segments
+    and running jobs metered to ``now``) through :func:`gpufleet.cost.spend.scope_spend_usd` with
+    ``rules``. Idle capacity is not charged to a budget; an owned scope counts its team's jobs only."""
+    cut = min(end, now)
+    if cut <= start:
+        return 0.0
+    ledger = repo.load_ledger(s, start, cut, now)
+    return scope_spend_usd(ledger, rules, scope, start, cut, as_of=cut)
+
+
+def job_spend(s: Session, job: JobRow, now: float, *, rules: PricingRules | None = None) -> float:
+    """What one job has been charged so far, over all its runs."""
+    start = job.started_at if job.started_at is not None else job.submitted_at
+    if now <= start:
+        return 0.0
+    ledger = repo.load_ledger(s, start, now, now)
+    return job_costs_usd(ledger, rules, start, now, as_of=now).get(job.id, 0.0)
+
+
+def scope_anomaly(
+    s: Session,
+    budget: Budget,
+    day: Period,
+    now: float,
+    *,
+    rules: PricingRules | None = None,
+    history_days: int = ANOMALY_HISTORY_DAYS,
+) -> Anomaly | None:
+    """The cost anomaly of ``budget``'s scope on ``day`` (a complete local day), if it had one.
+
+    The scope's charged spend is filtered exactly as :func:`scope_spend` does it (its aggregate and
+    key; idle capacity not charged), day by day over the ``history_days`` ending with ``day`` —
+    whatever the budget's period, since a baseline needs the days before a period starts too — and
+    judged by :func:`~gpufleet.cost.anomaly.scan_ledger` with the budget's threshold and dollar
+    floor. Earlier days are 24-hour steps back from ``day``'s local midnight (an hour off across a
+    daylight-saving change, which the 7-day mean barely feels); ``day`` itself ends at its real end."""
+    first = day.start - DAY_S * (history_days - 1)
+    ledger = repo.load_ledger(s, first, day.start + DAY_S, now)
+    cfg = AnomalyConfig(threshold=budget.anomaly_threshold_pct / 100.0, min_increase_usd=budget.anomaly_floor_usd)
+    local_day = datetime.fromtimestamp(day.start, zone(budget.timezone)).date()
+    found = scan_ledger(
+        ledger,
+        first_day_start=first,
+        days=history_days,
+        config=cfg,
+        as_of=min(now, day.end),
+        where=KeyFilter(budget.scope.aggregate, budget.scope.matches_key, budget.scope.owner or None),
+        first_day=local_day - timedelta(days=history_days - 1),
+        rules=rules,
+    )
+    return next((a for a in found if a.day_index == history_days - 1), None)
+
+
+def gpu_hour_price(s: Session, gpu_types: Sequence[str] = ()) -> float:
+    """The price of a GPU-hour for estimates (:func:`gpufleet.cost.job_estimate.usd_per_gpu_hour`)
+    over the store's nodes: the dearest per-GPU price among those the job may use."""
+    return usd_per_gpu_hour(usage_repo.gpu_node_prices(s), gpu_types)
+
+
+def job_row_gpus(row: JobRow) -> float:
+    """GPU-equivalents a stored job holds (count x milli / 1000)."""
+    return row.gpus * row.gpu_milli / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A scope's committed spend in a period: metered plus the estimated rest of unfinished jobs."""
+
+    spent_usd: float
+    estimated_usd: float
+    jobs: int  # unfinished jobs counted
+
+    @property
+    def total_usd(self) -> float:
+        return self.spent_usd + self.estimated_usd
+
+
+def _covers(scope: Scope, row: JobRow) -> bool:
+    return scope.covers(
+        team=row.team, project=row.project, namespace=row.namespace, experiment=row.experiment, labels=row.labels
+    )
+
+
+def committed_spend(
+    s: Session, scope: Scope, period: Period, now: float, *, rules: PricingRules | None = None
+) -> Committed:
+    """What ``scope`` has spent in ``period`` (priced with ``rules``, :func:`scope_spend`) plus what
+    its unfinished jobs are expected to cost: queued and preempted jobs their whole estimate,
+    admitted and running ones the estimate less the time their current run has been going. A job
+    just inserted by a concurrent submit that committed first counts here at once (it is PENDING),
+    which is what keeps ``block`` from being raced past its limit. Runtime: the job's estimate,
+    else its max runtime, else one hour."""
+    spent = scope_spend(s, scope, period.start, period.end, now, rules=rules)
+    rows = [r for r in budgets_repo.unfinished_jobs(s, scope) if _covers(scope, r)]
+    started = budgets_repo.current_run_starts(s, [r.id for r in rows if r.state in ("ADMITTED", "RUNNING")])
+    nodes = usage_repo.gpu_node_prices(s) if rows else []
+    price_cache: dict[tuple[str, ...], float] = {}
+    estimated = 0.0
+    for r in rows:
+        types = tuple(sorted(r.gpu_types or ()))
+        if types not in price_cache:
+            price_cache[types] = usd_per_gpu_hour(nodes, types)
+        t0 = started.get(r.id)
+        est = estimate_job_cost(
+            job_row_gpus(r),
+            price_cache[types],
+            estimated_runtime_s=r.estimated_runtime_s,
+            max_runtime_s=r.max_runtime_s,
+            elapsed_s=0.0 if t0 is None else now - t0,
+        )
+        estimated += est.cost_usd
+    return Committed(spent, estimated, len(rows))
+
+
+def budgets_covering(
+    s: Session,
+    *,
+    team: str,
+    project: str,
+    namespace: str,
+    experiment: str,
+    labels: Mapping[str, Any],
+    actions: Sequence[str] | None = None,
+) -> list[BudgetRow]:
+    """Enabled budgets whose scope covers a job with these attributes (of ``team``: another
+    team's project or label budget never covers it)."""
+    out = []
+    for row in budgets_repo.list_budgets(s, enabled_only=True):
+        if actions is not None and row.action not in actions:
+            continue
+        scope = budgets_repo.scope_of(row)
+        if scope.covers(team=team, project=project, namespace=namespace, experiment=experiment, labels=labels):
+            out.append(row)
+    return out
+
+
+# -- evaluation and enforcement -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,51 +223,59 @@ class JobOverrun:
         return f"job budget of ${self.budget_usd:,.2f} reached (${self.spent_usd:,.2f} spent)"
 
 
-@dataclass(slots=True)
-class Evaluation:
-    budget: Budget
-    status: BudgetStatus
-    new_alerts: list[float] = field(default_factory=list)  # thresholds that fired now
-    enforcing: bool = False
+class SqlBook:
+    """The server's :class:`~gpufleet.loop.budgets.BudgetBook`: spend priced from the store's ledger
+    with the server's pricing rules, alerts as rows (once each, by the store's unique constraint)."""
 
+    def __init__(self, s: Session, rules: PricingRules | None = None) -> None:
+        self.s = s
+        self.rules = rules
 
-def evaluate_budget(s: Session, budget: Budget, now: float) -> Evaluation:
-    """Spend and status of one budget, inserting the alerts it newly crossed (exactly once)."""
-    period = budget.period_at(now)
-    spend = budgets_repo.scope_spend(s, budget.scope, period.start, period.end, now)
-    status = budget_status(budget, period, spend, now)
-    ev = Evaluation(budget, status)
-    if now < period.start or now >= period.end:  # a custom period not yet open, or over
-        return ev
-    for th in status.crossed:
+    def spend(self, scope: Scope, period: Period, now: float) -> float:
+        return scope_spend(self.s, scope, period.start, period.end, now, rules=self.rules)
+
+    def over_since(self, budget: Budget, period: Period) -> float | None:
+        return budgets_repo.over_since(self.s, budget.id, period.start)
+
+    def record(
+        self,
+        budget: Budget,
+        period: Period,
+        threshold: float,
+        severity: str,
+        spend_usd: float,
+        now: float,
+        *,
+        limit_only: bool = False,
+    ) -> bool:
         row = budgets_repo.insert_alert(
-            s, budget, period, threshold=th.percent, severity=th.severity, spend_usd=spend, now=now
-        )
-        if row is not None:
-            ev.new_alerts.append(th.percent)
-    if status.over and budget.action != "alert" and all(t.percent != LIMIT_PERCENT for t in budget.thresholds):
-        # record when it went over (grace counts from it); no one asked to be told at 100 %
-        budgets_repo.insert_alert(
-            s,
+            self.s,
             budget,
             period,
-            threshold=LIMIT_PERCENT,
-            severity=limit_severity(budget),
-            spend_usd=spend,
+            threshold=threshold,
+            severity=severity,
+            spend_usd=spend_usd,
             now=now,
-            kind="limit",
-            notify=False,
+            kind="limit" if limit_only else "threshold",
+            notify=not limit_only,
         )
-    ev.enforcing = enforcing(budget, budgets_repo.over_since(s, budget.id, period.start), now)
-    return ev
+        return row is not None
 
 
-def check_anomaly(s: Session, budget: Budget, now: float) -> BudgetAlertRow | None:
+def evaluate_budget(s: Session, budget: Budget, now: float, *, rules: PricingRules | None = None) -> Evaluation:
+    """Spend (priced with ``rules``) and status of one budget, inserting the alerts it newly crossed
+    (exactly once): :func:`gpufleet.loop.budgets.evaluate` — the simulator's rules — on the store."""
+    return evaluate(SqlBook(s, rules), budget, now)
+
+
+def check_anomaly(
+    s: Session, budget: Budget, now: float, *, rules: PricingRules | None = None
+) -> BudgetAlertRow | None:
     """Judge the last complete day of ``budget``'s scope (in its time zone) for a cost anomaly and,
     when there is one, insert its alert and queue its notifications — once per budget and day
     however often this runs (None when there is no anomaly, or it was already raised)."""
     day = last_complete_day(now, budget.timezone)
-    found = budgets_repo.scope_anomaly(s, budget, day, now)
+    found = scope_anomaly(s, budget, day, now, rules=rules)
     if found is None:
         return None
     return budgets_repo.insert_anomaly_alert(s, budget, day, found, now=now)
@@ -142,6 +300,7 @@ def check_submission(
     *,
     submitted_by: str | None = None,
     idempotency_key: str | None = None,
+    rules: PricingRules | None = None,
 ) -> None:
     """The block check of one submission, inside the transaction that inserts the job.
 
@@ -154,13 +313,16 @@ def check_submission(
     react. The first refusal in a period records the limit crossing, which starts the window.
     A replay of an idempotent submit that already created its job is not checked again.
 
+    The spend is priced with ``rules`` — pass the server's pricing rules (``ApiContext.pricing_rules``,
+    what ``/v1/usage`` prices with), so a block refuses on the figure the bill shows.
+
     First, a job tagged with a project another team owns through its budget is refused
     (:func:`check_project`).
     """
     if not budgets_repo.key_used(s, submitted_by, idempotency_key):
         check_project(s, str(fields.get("project", "")), team)
     labels = fields.get("labels") or {}
-    rows = budgets_repo.budgets_covering(
+    rows = budgets_covering(
         s,
         team=team,
         project=str(fields.get("project", "")),
@@ -173,38 +335,23 @@ def check_submission(
         return
     budgets_repo.lock_budgets(s, [r.id for r in rows])
     gpus = int(fields.get("gpus", 0)) * int(fields.get("gpu_milli", 1000)) / 1000.0
-    price = budgets_repo.usd_per_gpu_hour(s, tuple(fields.get("gpu_types") or ()))
+    price = gpu_hour_price(s, tuple(fields.get("gpu_types") or ()))
     job_cost = estimate_job_cost(
         gpus,
         price,
         estimated_runtime_s=fields.get("estimated_runtime_s"),
         max_runtime_s=fields.get("max_runtime_s"),
     ).cost_usd
-    for row in rows:
-        budget = budgets_repo.budget_of(row)
-        period = budget.period_at(now)
-        if not period.start <= now < period.end:
-            continue
-        committed = budgets_repo.committed_spend(s, budget.scope, period, now)
-        since = budgets_repo.over_since(s, budget.id, period.start)
-        in_grace = since is not None and budget.grace_s > 0 and now - since < budget.grace_s
-        verdict = check_block(budget, committed.total_usd, job_cost, in_grace=in_grace)
-        if verdict.fits:
-            continue
-        if since is None and budget.grace_s > 0:
-            budgets_repo.insert_alert(
-                s,
-                budget,
-                period,
-                threshold=LIMIT_PERCENT,
-                severity=limit_severity(budget),
-                spend_usd=committed.spent_usd,
-                now=now,
-                kind="limit",
-                notify=False,
-            )
-            continue  # the grace window starts now: this job is the first one in it
-        raise BudgetExceededError(budget, committed.total_usd, job_cost)
+    # the rules the simulator's submit event applies too (grace, the first refusal starting it)
+    err = block_refusal(
+        SqlBook(s, rules),
+        [budgets_repo.budget_of(row) for row in rows],
+        job_cost,
+        now,
+        lambda budget, period: committed_spend(s, budget.scope, period, now, rules=rules).total_usd,
+    )
+    if err is not None:
+        raise err
 
 
 class BudgetService:
@@ -218,8 +365,11 @@ class BudgetService:
         interval_s: float = DEFAULT_INTERVAL_S,
         sender: Sender = deliver,
         outbox: Outbox | None = None,
+        rules: PricingRules | None = None,
     ) -> None:
         self.db = db
+        # the server's pricing rules, the object /v1/usage prices with (ApiContext.pricing_rules)
+        self.rules = rules
         self.clock = clock
         self.interval_s = interval_s
         self.outbox = outbox or Outbox(db, clock, sender=sender)
@@ -259,7 +409,7 @@ class BudgetService:
         for b in budgets:
             try:
                 with self.db.session() as s:
-                    out.append(evaluate_budget(s, b, now))
+                    out.append(evaluate_budget(s, b, now, rules=self.rules))
             except Exception:  # one broken budget must not stop the others (or the controller)
                 log.exception("evaluating budget %s failed", b.name)
             if b.anomaly_alerts:
@@ -280,7 +430,7 @@ class BudgetService:
             return
         try:
             with self.db.session() as s:
-                row = check_anomaly(s, budget, now)
+                row = check_anomaly(s, budget, now, rules=self.rules)
         except Exception:  # like evaluation: a broken check must not stop the controller
             log.exception("anomaly check of budget %s failed", budget.name)
             return
@@ -291,10 +441,9 @@ class BudgetService:
     def job_overruns(self, now: float) -> list[JobOverrun]:
         out = []
         with self.db.session(readonly=True) as s:
-            rows = s.scalars(select(JobRow).where(JobRow.state == "RUNNING", JobRow.budget_usd.is_not(None))).all()
-            for row in rows:
+            for row in budgets_repo.running_jobs_with_budget(s):
                 assert row.budget_usd is not None
-                spent = budgets_repo.job_spend(s, row, now)
+                spent = job_spend(s, row, now, rules=self.rules)
                 if spent >= row.budget_usd:
                     out.append(JobOverrun(row.id, row.budget_usd, spent))
         return out

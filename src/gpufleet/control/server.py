@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.local import LocalBackend
 from gpufleet.clock import WallClock
+from gpufleet.control.budgets import BudgetService
 from gpufleet.control.controller import Controller, ControllerConfig
 from gpufleet.control.settings import Settings
 from gpufleet.cost.rules import rules_from_setting
 from gpufleet.errors import ConfigError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
+from gpufleet.model.job import PRIORITY_CLASSES
 from gpufleet.sdk.config import write_private_file
 from gpufleet.store import repo
 from gpufleet.store.db import Database
@@ -154,9 +156,11 @@ def seed_teams(db: Database, settings: Settings, now: float) -> None:
             if t.quota is not None:
                 quotas = {(k if k == "*" else canonical_gpu_name(k) or k): round(g * MILLI) for k, g in t.quota.items()}
             limit = None if t.borrowing_limit is None else round(t.borrowing_limit * MILLI)
-            repo.upsert_team(
+            team = repo.upsert_team(
                 s, name, weight=t.weight, cohort=t.cohort, borrowing_limit_milli=limit, quotas_milli=quotas, now=now
             )
+            if t.priority_classes is not None:
+                team.priority_classes = sorted(set(t.priority_classes), key=PRIORITY_CLASSES.__getitem__)
 
 
 def ensure_admin_token(db: Database, home: Path, now: float) -> Path:
@@ -203,6 +207,10 @@ def build_server(settings: Settings) -> Server:
     )
     if settings.replica:
         config.replica = settings.replica
-    controller = Controller(db, backend, settings.scheduler, config)
+    # one pricing-rules object for the bill (/v1/usage) and the budgets that act on it
+    budgets = BudgetService(
+        db, WallClock(), interval_s=settings.budget_interval_s, rules=rules_from_setting(settings.pricing)
+    )
+    controller = Controller(db, backend, settings.scheduler, config, budgets=budgets)
     write_private_file(home / SERVER_FILE, json.dumps({"url": settings.url}) + "\n")
     return Server(settings, db, controller, token_path, policy)

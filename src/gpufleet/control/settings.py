@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     cycle_interval_s: float = Field(2.0, gt=0, le=300)  # a cycle at least this often while jobs wait
     grace_s: float = Field(30.0, ge=0, le=3600)  # SIGTERM → SIGKILL on preemption and cancel
     telemetry_interval_s: float = Field(10.0, gt=0)
-    budget_interval_s: float = Field(10.0, gt=0)  # budgets evaluated and alerts dispatched this often
+    budget_interval_s: float = Field(10.0, gt=0)  # how often budgets are evaluated and their alerts dispatched
     single_user: bool = True  # create an admin token in <home>/admin.token on first start
     # Run jobs that have no Unix account (see `gpufleet team set --run-as`) as the server's own user,
     # root included. Only for a single-user machine (a laptop, `make run`): such jobs can read the

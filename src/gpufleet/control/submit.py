@@ -10,13 +10,19 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.errors import InputError, PermissionDeniedError
 from gpufleet.model.gpu import GPU_MODELS, MILLI, canonical_gpu_name
-from gpufleet.model.job import PRIORITY_CLASSES
+from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
+from gpufleet.model.node import Node, NodePool
+from gpufleet.scheduling.admission import Need, infeasibility, node_shape, pool_shape
 from gpufleet.wire import JobSubmit, Role
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 _MAX_NAME = 255
 
@@ -135,8 +141,47 @@ def prepare_submit(body: JobSubmit, *, caller_team: str, caller_role: Role) -> P
         "memory_mib": body.memory_mib,
         "preemptible": body.preemptible,
         "checkpoint_dir": body.checkpoint_dir,
+        "checkpoint_interval_s": body.checkpoint_interval_s,
         "max_runtime_s": body.max_runtime_s,
         "estimated_runtime_s": body.estimated_runtime_s,
         "budget_usd": body.budget_usd,
     }
     return PreparedSubmit(team, fields, request_hash(body))
+
+
+def spec_of_fields(fields: Mapping[str, Any], team: str = "default") -> JobSpec:
+    """The scheduler's :class:`JobSpec` of prepared store fields (what placement looks at)."""
+    return JobSpec(
+        name=str(fields.get("name") or "job"),
+        team=team,
+        priority_class=str(fields.get("priority_class", "normal")),
+        gpu=GpuRequest(int(fields.get("gpus", 0)), int(fields.get("gpu_milli") or MILLI), fields.get("mig_profile")),
+        gpu_types=frozenset(fields.get("gpu_types") or ()),
+        min_gpu_memory_gib=float(fields.get("min_gpu_memory_gib") or 0.0),
+        cpu_milli=int(fields.get("cpu_milli") or 0),
+        memory_mib=int(fields.get("memory_mib") or 0),
+        preemptible=bool(fields.get("preemptible", False)),
+    )
+
+
+def check_fits(fields: Mapping[str, Any], nodes: Sequence[Node], pools: Sequence[NodePool] = ()) -> None:
+    """Refuse (:class:`InputError`, naming the field at fault) a job that no node of ``nodes`` and no
+    empty node of ``pools`` could ever hold — the rules of the cycle's ``feasibility`` admission check
+    (:func:`gpufleet.scheduling.admission.submission_status`). Nothing is refused while no node and
+    no pool is known (a fresh server whose nodes have not registered yet)."""
+    if not nodes and not pools:
+        return
+    shapes = [*(node_shape(n) for n in nodes), *(pool_shape(p) for p in pools)]
+    why = infeasibility(Need.of_spec(spec_of_fields(fields)), shapes)
+    if why is not None:
+        reason, field = why
+        raise InputError(f"no node could ever run this job: {reason}", field=field)
+
+
+def check_fits_store(s: Session, fields: Mapping[str, Any]) -> None:
+    """:func:`check_fits` against the nodes the store knows (read-only; removed nodes excluded).
+    The submit route calls it inside its ``input_at("body")`` block, so the 422 names ``body.<field>``."""
+    from gpufleet.store import repo
+    from gpufleet.store.convert import node_from_row
+
+    check_fits(fields, [node_from_row(r) for r in repo.list_nodes(s)])

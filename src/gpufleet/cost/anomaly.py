@@ -38,7 +38,10 @@ from datetime import UTC, date, datetime
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.cost.ledger import IDLE_KEY, Ledger, allocate
+from gpufleet.cost.allocation import IDLE_KEY
+from gpufleet.cost.ledger import Ledger
+from gpufleet.cost.rules import PricingRules
+from gpufleet.cost.spend import daily_spend_reports
 from gpufleet.errors import InputError
 
 FloatArray = npt.NDArray[np.float64]
@@ -225,12 +228,14 @@ def scan_ledger(
     team: str | None = None,
     where: KeyFilter | None = None,
     first_day: date | None = None,
+    rules: PricingRules | None = None,
 ) -> list[Anomaly]:
     """Anomalies of the ledger's daily spend over ``days`` days from ``first_day_start`` (seconds; the
     start of a day in the wanted time zone). Causes by each of ``dimensions``.
 
-    One :func:`allocate` per day grouped by all dimensions at once; each dimension's matrix is a
-    fold of it. Totals are the nodes' cost (idle included) — or, with ``team``, that team's
+    One :func:`~gpufleet.cost.spend.spend_report` per day (priced with ``rules``, the server's
+    pricing rules, as ``/v1/usage`` is) grouped by all dimensions at once; each dimension's matrix
+    is a fold of it. Totals are the nodes' cost (idle included) — or, with ``team``, that team's
     attributed spend (and only its rows are causes); ``where`` filters the same way on any
     dimension (a budget's scope) without making it a cause dimension. ``first_day`` is the calendar
     date of day 0 (default: ``first_day_start``'s UTC date — pass it when days start at local
@@ -252,12 +257,11 @@ def scan_ledger(
     totals = np.zeros(days)
     f_idx = -1 if where is None else group.index(where.dimension)
     t_idx = -1 if where is None or where.team is None else group.index("team")
-    for d in range(days):
-        ws = first_day_start + 86400.0 * d
-        alloc = allocate(ledger, ws, ws + 86400.0, group, as_of=as_of)
+    reports = daily_spend_reports(ledger, first_day_start, days, aggregate=group, rules=rules, as_of=as_of)
+    for d, rep in enumerate(reports):
         if where is None:
-            totals[d] = float(alloc.totals.total_cost_usd)
-        for row in alloc.rows:
+            totals[d] = float(rep.totals.total_cost_usd)
+        for row in rep.rows:
             if where is not None and not where.match(row.key[f_idx]):
                 continue
             if where is not None and where.team is not None and row.key[t_idx] != where.team:

@@ -62,13 +62,14 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from importlib import resources
-from os import PathLike
-from typing import IO, Literal
+from typing import TYPE_CHECKING, Literal
 
 from gpufleet.errors import CatalogError
 from gpufleet.model.gpu import GPU_MODELS, canonical_gpu_name
 from gpufleet.model.node import CapacityType, Node, NodePool
+
+if TYPE_CHECKING:
+    from gpufleet.io.catalog import CatalogSource
 
 COLUMNS: tuple[str, ...] = (
     "provider",
@@ -235,7 +236,7 @@ class PriceCatalog:
     @classmethod
     def load(
         cls,
-        path: str | PathLike[str] | IO[bytes] | IO[str] | None = None,
+        path: CatalogSource = None,
         *,
         strict: bool = False,
         spot_estimate: SpotEstimate = "mid",
@@ -243,27 +244,13 @@ class PriceCatalog:
     ) -> PriceCatalog:
         """Load and validate a catalog from a path or an open stream (``None``: the bundled one).
 
-        ``name`` labels a stream in messages and provenance. With ``strict`` every warning is an
-        error. Raises :class:`CatalogError` naming file, line and field.
+        A compatibility shim: the file reading is :func:`gpufleet.io.catalog.load_catalog` (this
+        module does no I/O); call that instead. ``name`` labels a stream in messages and
+        provenance. With ``strict`` every warning is an error. Raises :class:`CatalogError`.
         """
-        if spot_estimate not in ("min", "mid", "max"):
-            raise CatalogError(f"spot_estimate must be 'min', 'mid' or 'max', got {spot_estimate!r}")
-        if path is None:
-            ref = resources.files("gpufleet").joinpath(BUNDLED_CATALOG)
-            data = ref.read_bytes()
-            source = name or f"gpufleet/{BUNDLED_CATALOG}"
-        elif isinstance(path, (str, PathLike)):
-            source = name or str(path)
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError as exc:
-                raise CatalogError(f"cannot read the catalog: {exc.strerror}", source=source) from None
-        else:
-            raw = path.read()
-            data = raw.encode("utf-8") if isinstance(raw, str) else raw
-            source = name or str(getattr(path, "name", "<stream>"))
-        return cls.from_bytes(data, source=source, strict=strict, spot_estimate=spot_estimate)
+        from gpufleet.io.catalog import load_catalog  # layering exception, see tests/test_layering.py
+
+        return load_catalog(path, strict=strict, spot_estimate=spot_estimate, name=name)
 
     @classmethod
     def from_bytes(

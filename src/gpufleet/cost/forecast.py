@@ -40,7 +40,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.cost.ledger import Ledger, allocate
+from gpufleet.cost.ledger import Ledger
+from gpufleet.cost.rules import PricingRules
+from gpufleet.cost.spend import daily_spend_reports, job_costs_usd
 from gpufleet.errors import InputError
 
 FloatArray = npt.NDArray[np.float64]
@@ -154,16 +156,18 @@ class JobForecast:
         return None if self.remaining_usd is None else self.spent_usd + self.remaining_usd
 
 
-def job_cost_rate(ledger: Ledger, job_id: str, as_of: float) -> tuple[float, float]:
-    """``(spent_usd, held_s)`` of a job from the ledger as of ``as_of``: its attributed cost and the
-    wall time it held resources (the union of its segments' spans, so a gang's pods count once).
-    The cost rate is ``spent / held_s × 3600``."""
+def job_cost_rate(
+    ledger: Ledger, job_id: str, as_of: float, *, rules: PricingRules | None = None
+) -> tuple[float, float]:
+    """``(spent_usd, held_s)`` of a job from the ledger as of ``as_of``: what it was charged (with
+    ``rules``, the server's pricing rules, as ``/v1/usage`` charges it) and the wall time it held
+    resources (the union of its segments' spans, so a gang's pods count once). The cost rate is
+    ``spent / held_s × 3600``."""
     segs = [s for s in ledger.segments(as_of=as_of) if s.job_id == job_id]
     if not segs:
         return 0.0, 0.0
     start = min(s.start for s in segs)
-    alloc = allocate(ledger, start, max(as_of, start), ("job_id",), as_of=as_of)
-    spent = float(next((r.total_cost_usd for r in alloc.rows if r.key == (job_id,)), 0))
+    spent = job_costs_usd(ledger, rules, start, max(as_of, start), as_of=as_of).get(job_id, 0.0)
     spans = sorted((s.start, s.end) for s in segs)
     held, cur_a, cur_b = 0.0, spans[0][0], spans[0][1]
     for a, b in spans[1:]:
@@ -401,26 +405,27 @@ def daily_totals(
     *,
     aggregate: Sequence[str] = ("team",),
     as_of: float | None = None,
+    rules: PricingRules | None = None,
 ) -> tuple[list[tuple[str, ...]], FloatArray, FloatArray]:
     """Per-day cost from the ledger: ``(keys, matrix[days, keys], totals[days])``.
 
     Day ``d`` is ``[first_day_start + 86400·d, +86400)`` (pass the start of a day in the wanted time
     zone). Totals are the nodes' cost (idle included); the matrix holds the attributed rows (idle is
-    the key ``("__idle__", …)``). Computed with :func:`allocate` per day until the attribution module's
-    ``daily_costs`` is available.
+    the key ``("__idle__", …)``). One :func:`~gpufleet.cost.spend.spend_report` per day, priced with
+    ``rules`` (the server's pricing rules, as ``/v1/usage`` prices).
     """
     if days < 0:
         raise InputError("days must be >= 0", field="days")
     rows: list[dict[tuple[str, ...], float]] = []
     totals = np.zeros(days)
-    for d in range(days):
-        ws = first_day_start + 86400.0 * d
-        alloc = allocate(ledger, ws, ws + 86400.0, tuple(aggregate), as_of=as_of)
-        day = {r.key: float(r.total_cost_usd) for r in alloc.rows}
-        if alloc.idle.total_cost_usd:
-            day[alloc.idle.key] = float(alloc.idle.total_cost_usd)
+    for d, rep in enumerate(
+        daily_spend_reports(ledger, first_day_start, days, aggregate=aggregate, rules=rules, as_of=as_of)
+    ):
+        day = {r.key: float(r.total_cost_usd) for r in rep.rows}
+        if rep.idle.total_cost_usd:
+            day[rep.idle.key] = float(rep.idle.total_cost_usd)
         rows.append(day)
-        totals[d] = float(alloc.totals.total_cost_usd)
+        totals[d] = float(rep.totals.total_cost_usd)
     keys = sorted({k for r in rows for k in r})
     index = {k: i for i, k in enumerate(keys)}
     matrix = np.zeros((days, len(keys)))

@@ -1,6 +1,6 @@
-"""The usage ledger and cost attribution.
+"""The usage ledger: the append-only records every figure of money is computed from.
 
-The ledger holds two append-only kinds of record:
+The ledger holds two kinds of record:
 
 - :class:`NodeInterval` — a node existed from ``start`` to ``end`` at ``hourly_usd``: what the
   nodes cost. A price change is a new interval.
@@ -12,19 +12,19 @@ Every segment lies inside one interval of its node (record the node first). Runn
 nodes are *open*: :meth:`Ledger.open` / :meth:`Ledger.close` and :meth:`Ledger.open_node` /
 :meth:`Ledger.close_node`; queries take ``as_of=t`` and treat what is open as ending at ``t``.
 
-All money is computed from these records by :func:`allocate`, never kept as a running total.
+Money is never kept here as a running total: :func:`gpufleet.cost.spend.spend_report` computes
+it from these records (through :mod:`gpufleet.cost.allocation`).
 
 Units and exactness. Times are seconds (floats) and are metered in whole microseconds (rounded).
 GPU shares are kept in units of 1/7000 GPU, which holds whole GPUs, MIG slices (k/7) and
 milli-GPU fractions (m/1000) exactly. Prices are read as the decimals they print as
-(``Fraction(repr(x))``). Costs are exact fractions until the end, then rounded to cents with the
-largest-remainder method, so the rounded lines add up exactly to the rounded node cost.
+(``Fraction(repr(x))``, :func:`exact_price`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -40,22 +40,6 @@ US_PER_S = 1_000_000
 US_PER_HOUR = 3600 * US_PER_S
 MIB_PER_GIB = 1024
 
-IDLE_KEY = "__idle__"
-
-# Fields a ledger can be aggregated by, besides "label:<key>".
-AGGREGATE_FIELDS: tuple[str, ...] = (
-    "job_id",
-    "team",
-    "project",
-    "namespace",
-    "experiment",
-    "node",
-    "pool",
-    "gpu_model",
-    "capacity_type",
-    "priority_class",
-)
-
 
 class LedgerError(InputError):
     """A usage record that contradicts the ledger (bad times, shares, or an unknown node)."""
@@ -63,7 +47,7 @@ class LedgerError(InputError):
     code = "invalid_ledger_record"
 
 
-def _exact(value: Fraction | Decimal | float | int | str, name: str) -> Fraction:
+def exact_price(value: Fraction | Decimal | float | int | str, name: str) -> Fraction:
     """A price as the exact decimal it prints as (floats via ``repr``)."""
     try:
         if isinstance(value, float):
@@ -73,92 +57,6 @@ def _exact(value: Fraction | Decimal | float | int | str, name: str) -> Fraction
         return Fraction(value)
     except (ValueError, TypeError):
         raise InputError(f"not a finite number: {value!r}", field=name) from None
-
-
-# -- the one pricing function ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class UnitPrices:
-    """CPU and memory unit prices used to split a node's price.
-
-    Defaults are OpenCost's ``configs/default.json`` ("Default prices based on GCP us-central1"):
-    CPU 0.031611 $/vCPU-hour, RAM 0.004237 $/GiB-hour, spotCPU 0.006655, spotRAM 0.000892
-    (https://github.com/opencost/opencost/blob/develop/configs/default.json, shown on
-    https://www.opencost.io/docs/configuration/on-prem). Spot nodes use the spot rates; reserved
-    nodes the on-demand ones.
-    """
-
-    cpu_usd_per_vcpu_hour: Fraction = Fraction("0.031611")
-    memory_usd_per_gib_hour: Fraction = Fraction("0.004237")
-    spot_cpu_usd_per_vcpu_hour: Fraction = Fraction("0.006655")
-    spot_memory_usd_per_gib_hour: Fraction = Fraction("0.000892")
-
-    def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            value = getattr(self, name)
-            object.__setattr__(self, name, _exact(value, name))
-            if getattr(self, name) < 0:
-                raise InputError(f"must be >= 0, got {value}", field=name)
-
-    def for_capacity(self, capacity_type: CapacityType) -> tuple[Fraction, Fraction]:
-        if capacity_type is CapacityType.SPOT:
-            return self.spot_cpu_usd_per_vcpu_hour, self.spot_memory_usd_per_gib_hour
-        return self.cpu_usd_per_vcpu_hour, self.memory_usd_per_gib_hour
-
-
-DEFAULT_UNIT_PRICES = UnitPrices()
-
-
-@dataclass(frozen=True, slots=True)
-class PriceSplit:
-    """A node's hourly price split into unit prices (exact).
-
-    Invariant: ``usd_per_gpu_hour * gpus + usd_per_vcpu_hour * vcpus + usd_per_gib_hour * gib``
-    equals the node's hourly price exactly.
-    """
-
-    usd_per_gpu_hour: Fraction
-    usd_per_vcpu_hour: Fraction
-    usd_per_gib_hour: Fraction
-
-
-def split_node_price(
-    hourly_usd: Fraction | float | int | str,
-    *,
-    gpu_count: int,
-    cpu_milli: int,
-    memory_mib: int,
-    capacity_type: CapacityType = CapacityType.ON_DEMAND,
-    unit_prices: UnitPrices = DEFAULT_UNIT_PRICES,
-) -> PriceSplit:
-    """THE pricing rule: split a node's hourly price over its GPUs, CPU and memory.
-
-    - A GPU node: CPU and memory at ``unit_prices``, scaled down together if they would exceed the
-      node's price (so they never do); the remainder split evenly over the node's GPUs.
-    - A CPU-only node: the whole price split over CPU and memory in proportion to their unit-price
-      value (if both unit prices are zero: over whichever of CPU or memory the node has, CPU first).
-    - A node with no GPUs, CPU or memory cannot be priced: :class:`LedgerError`.
-    """
-    price = _exact(hourly_usd, "hourly_usd")
-    if price < 0:
-        raise LedgerError(f"a node's price must be >= 0, got {hourly_usd}", field="hourly_usd")
-    vcpus = Fraction(cpu_milli, MILLI)
-    gib = Fraction(memory_mib, MIB_PER_GIB)
-    cpu_rate, mem_rate = unit_prices.for_capacity(capacity_type)
-    host = cpu_rate * vcpus + mem_rate * gib  # $/hour of CPU and memory at unit prices
-    if gpu_count > 0:
-        scale = min(Fraction(1), price / host) if host > 0 else Fraction(1)
-        per_gpu = (price - host * scale) / gpu_count
-        return PriceSplit(per_gpu, cpu_rate * scale, mem_rate * scale)
-    if host > 0:
-        scale = price / host
-        return PriceSplit(Fraction(0), cpu_rate * scale, mem_rate * scale)
-    if vcpus > 0:
-        return PriceSplit(Fraction(0), price / vcpus, Fraction(0))
-    if gib > 0:
-        return PriceSplit(Fraction(0), Fraction(0), price / gib)
-    raise LedgerError("a node with no GPUs, CPU or memory cannot be priced", field="gpu_count")
 
 
 # -- records --------------------------------------------------------------------------------------
@@ -350,7 +248,7 @@ class Ledger:
             interval.end,
         )
         if interval.exact_hourly_usd is not None:
-            self._intervals[idx].exact_price = _exact(interval.exact_hourly_usd, "exact_hourly_usd")
+            self._intervals[idx].exact_price = exact_price(interval.exact_hourly_usd, "exact_hourly_usd")
 
     def open_node(self, node: Node, *, hourly_usd: float, start: float) -> None:
         """A node came up at ``start`` costing ``hourly_usd`` (price it with the catalog's
@@ -389,7 +287,7 @@ class Ledger:
                     f"node {node}: job {op.job_id} started on it at {op.start}, after its end {end}",
                     field="end",
                 )
-        iv.end, iv.end_us = end, _us(end)
+        iv.end, iv.end_us = end, to_us(end)
         del self._open_node[node]
         return iv.record(None)
 
@@ -570,8 +468,8 @@ class Ledger:
                 hourly_usd,
                 start,
                 end,
-                _us(start),
-                None if end is None else _us(end),
+                to_us(start),
+                None if end is None else to_us(end),
                 -math.inf,
             )
         )
@@ -635,323 +533,15 @@ class Ledger:
         iv.max_segment_end = max(iv.max_segment_end, seg.end)
         self._segments.append(seg)
         self._seg_interval.append(idx)
-        self._seg_start_us.append(_us(seg.start))
-        self._seg_end_us.append(_us(seg.end))
+        self._seg_start_us.append(to_us(seg.start))
+        self._seg_end_us.append(to_us(seg.end))
         self._seg_units.append(units)
 
 
-# -- attribution ----------------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class CostLine:
-    """One row of an allocation. Money in USD rounded to cents; the components add up to the total."""
-
-    key: tuple[str, ...]
-    gpu_cost_usd: Decimal
-    cpu_cost_usd: Decimal
-    memory_cost_usd: Decimal
-    total_cost_usd: Decimal
-    gpu_seconds: float  # GPU-share-seconds held (idle row: not held)
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    """Costs of a window by ``aggregate``. ``sum(rows) + idle == totals`` to the cent, column by
-    column; ``totals.total_cost_usd`` is the nodes' cost in the window rounded half up to cents and
-    ``idle.total_cost_usd`` the idle cost rounded half up (neither depends on the grouping)."""
-
-    aggregate: tuple[str, ...]
-    window_start: float
-    window_end: float  # effective end: min(window_end, as_of)
-    rows: tuple[CostLine, ...]  # sorted by key
-    idle: CostLine  # what no one held (zero, or only what could not be spread, when spread)
-    totals: CostLine
-    node_cost_exact_usd: Fraction = field(repr=False)
-
-    def row(self, *key: str) -> CostLine:
-        for r in self.rows:
-            if r.key == key:
-                return r
-        raise KeyError(key)
-
-    def by_key(self) -> dict[tuple[str, ...], CostLine]:
-        return {r.key: r for r in self.rows}
-
-
-def allocate(
-    ledger: Ledger,
-    window_start: float,
-    window_end: float,
-    aggregate: Sequence[str] = ("team",),
-    *,
-    as_of: float | None = None,
-    spread_idle: bool = False,
-    unit_prices: UnitPrices = DEFAULT_UNIT_PRICES,
-) -> Allocation:
-    """Attribute what the nodes cost in ``[window_start, window_end)`` to the groups of ``aggregate``.
-
-    ``aggregate``: field names from :data:`AGGREGATE_FIELDS` or ``"label:<key>"`` (a missing label
-    groups as ``""``). Segments and node intervals are clipped to the window; ``as_of`` (default:
-    ``window_end``) ends the window early and ends what is still open. Each group pays, per
-    microsecond, its GPU share, CPU and memory at the unit prices of :func:`split_node_price` for the
-    node it ran on. What no one held is the idle line; with ``spread_idle`` each idle component
-    (GPU, CPU, memory) is spread over the rows in proportion to their cost in that component (a
-    component no row used stays idle). Costs are exact until rounded (largest remainder).
-    """
-    if not (math.isfinite(window_start) and math.isfinite(window_end)) or window_end < window_start:
-        raise InputError(f"bad window [{window_start}, {window_end}]", field="window_end")
-    keyfns = _key_functions(aggregate)
-    cut = window_end if as_of is None else min(window_end, as_of)
-    open_end = window_end if as_of is None else as_of
-    ws, we = _us(window_start), max(_us(window_start), _us(cut))
-    oe = _us(open_end)
-
-    # 1. Price each interval once (one split per distinct node shape and price) and sum what the
-    #    nodes offered in the window: per split, GPU-, CPU- and memory-microseconds and node cost.
-    split_of: dict[tuple[Fraction, int, int, int, CapacityType], int] = {}
-    splits: list[PriceSplit] = []
-    interval_split: list[int] = []
-    capacity: dict[int, list[int]] = {}  # split → [gpu units·us, cpu milli·us, mib·us]
-    node_cost = Fraction(0)
-    for iv in ledger._intervals:
-        price = iv.exact_price if iv.exact_price is not None else _exact(iv.hourly_usd, "hourly_usd")
-        skey = (price, iv.gpu_count, iv.cpu_milli, iv.memory_mib, iv.capacity_type)
-        sid = split_of.get(skey)
-        if sid is None:
-            sid = split_of[skey] = len(splits)
-            splits.append(
-                split_node_price(
-                    price,
-                    gpu_count=iv.gpu_count,
-                    cpu_milli=iv.cpu_milli,
-                    memory_mib=iv.memory_mib,
-                    capacity_type=iv.capacity_type,
-                    unit_prices=unit_prices,
-                )
-            )
-        interval_split.append(sid)
-        end_us = oe if iv.end_us is None else iv.end_us
-        dur = min(end_us, we) - max(iv.start_us, ws)
-        if dur <= 0:
-            continue
-        cap = capacity.setdefault(sid, [0, 0, 0])
-        cap[0] += iv.gpu_count * SHARE_UNITS * dur
-        cap[1] += iv.cpu_milli * dur
-        cap[2] += iv.memory_mib * dur
-        node_cost += price * dur / US_PER_HOUR
-
-    # 2. Sum what each group held, per split: (key, split) → [gpu units·us, cpu milli·us, mib·us].
-    held: dict[tuple[tuple[str, ...], int], list[int]] = {}
-    segs = ledger._segments
-    starts, ends, units, ivs = ledger._seg_start_us, ledger._seg_end_us, ledger._seg_units, ledger._seg_interval
-    for i in range(len(segs)):
-        s, e = starts[i], ends[i]
-        if e <= ws or s >= we:
-            continue
-        dur = min(e, we) - max(s, ws)
-        if dur <= 0:
-            continue
-        seg = segs[i]
-        _accumulate(
-            held, (tuple(f(seg) for f in keyfns), interval_split[ivs[i]]), units[i], seg.cpu_milli, seg.memory_mib, dur
-        )
-    for op in ledger._open.values():
-        iv_end = ledger._intervals[op.interval].end_us  # a node closed under a running job cuts it
-        s, e = _us(op.start), oe if iv_end is None else min(oe, iv_end)
-        dur = min(e, we) - max(s, ws)
-        if dur <= 0:
-            continue
-        seg = ledger._materialize(op, open_end)
-        _accumulate(
-            held,
-            (tuple(f(seg) for f in keyfns), interval_split[op.interval]),
-            op.share_units,
-            op.cpu_milli,
-            op.memory_mib,
-            dur,
-        )
-
-    # 3. Exact costs per group and idle per component, as integer numerators over one common
-    #    denominator (exact, and fast for many groups: no Fraction per row).
-    gpu_div, cpu_div, mem_div = SHARE_UNITS * US_PER_HOUR, MILLI * US_PER_HOUR, MIB_PER_GIB * US_PER_HOUR
-    rates = [
-        (sp.usd_per_gpu_hour / gpu_div, sp.usd_per_vcpu_hour / cpu_div, sp.usd_per_gib_hour / mem_div) for sp in splits
-    ]
-    den = 1
-    for rate in rates:
-        for part in rate:
-            den = math.lcm(den, part.denominator)
-    irates = [tuple(part.numerator * (den // part.denominator) for part in rate) for rate in rates]
-    exact: dict[tuple[str, ...], list[int]] = {}  # key → [gpu, cpu, mem] numerators over ``den``
-    used: dict[int, list[int]] = {}
-    gpu_us: dict[tuple[str, ...], int] = {}
-    for (key, sid), (g, c, m) in held.items():
-        kg, kc, km = irates[sid]
-        row = exact.get(key)
-        if row is None:
-            row = exact[key] = [0, 0, 0]
-        row[0] += kg * g
-        row[1] += kc * c
-        row[2] += km * m
-        u = used.setdefault(sid, [0, 0, 0])
-        u[0] += g
-        u[1] += c
-        u[2] += m
-        gpu_us[key] = gpu_us.get(key, 0) + g
-    idle = [0, 0, 0]
-    idle_units = 0
-    for sid, (cg, cc, cm) in capacity.items():
-        kg, kc, km = irates[sid]
-        ug, uc, um = used.get(sid, (0, 0, 0))
-        idle[0] += kg * (cg - ug)
-        idle[1] += kc * (cc - uc)
-        idle[2] += km * (cm - um)
-        idle_units += cg - ug
-    attributed = sum(sum(r) for r in exact.values())
-    if Fraction(attributed + sum(idle), den) != node_cost:  # the split's invariant; a bug if it fails
-        raise AssertionError(f"ledger conservation broken: {attributed} + {sum(idle)} != {node_cost} x {den}")
-
-    keys = sorted(exact)
-    if spread_idle:
-        # row[c] += idle[c] * row[c] / base[c] for each component c anyone used; to stay integral,
-        # move to the denominator den * B with B = lcm of those bases.
-        bases = [sum(r[c] for r in exact.values()) for c in range(3)]
-        spread = [bases[c] > 0 and idle[c] != 0 for c in range(3)]
-        big = 1
-        for c in range(3):
-            if spread[c]:
-                big = math.lcm(big, bases[c])
-        for r in exact.values():
-            for c in range(3):
-                r[c] = r[c] * big + (idle[c] * r[c] * (big // bases[c]) if spread[c] else 0)
-        idle = [0 if spread[c] else idle[c] * big for c in range(3)]
-        den *= big
-
-    # 4. Round. The node cost and the idle line are rounded half up on their own (so neither
-    #    depends on the grouping); the rows' totals by largest remainder to the difference; then
-    #    each line's components by largest remainder to its rounded total.
-    lines = [exact[k] for k in keys] + [idle]
-    node_cents = _round_cents(node_cost)
-    idle_cents = _round_cents(Fraction(sum(idle), den))
-    totals_cents = _largest_remainder_int([sum(exact[k]) for k in keys], den, node_cents - idle_cents)
-    totals_cents.append(idle_cents)
-    rows: list[CostLine] = []
-    col = [0, 0, 0]
-    for i, (r, cents) in enumerate(zip(lines, totals_cents, strict=True)):
-        comps = _largest_remainder_int(r, den, cents)
-        for j in range(3):
-            col[j] += comps[j]
-        is_idle = i == len(keys)
-        key = (IDLE_KEY,) * len(keyfns) if is_idle else keys[i]
-        held_units = idle_units if is_idle else gpu_us.get(keys[i], 0)
-        rows.append(
-            CostLine(
-                key, _usd(comps[0]), _usd(comps[1]), _usd(comps[2]), _usd(cents), held_units / (SHARE_UNITS * US_PER_S)
-            )
-        )
-    totals = CostLine(
-        ("__total__",) * len(keyfns),
-        _usd(col[0]),
-        _usd(col[1]),
-        _usd(col[2]),
-        _usd(sum(totals_cents)),
-        (sum(gpu_us.values()) + idle_units) / (SHARE_UNITS * US_PER_S),
-    )
-    return Allocation(
-        tuple(aggregate), window_start, max(window_start, cut), tuple(rows[:-1]), rows[-1], totals, node_cost
-    )
-
-
-def _accumulate(
-    held: dict[tuple[tuple[str, ...], int], list[int]],
-    key: tuple[tuple[str, ...], int],
-    units: int,
-    cpu: int,
-    mem: int,
-    dur: int,
-) -> None:
-    acc = held.get(key)
-    if acc is None:
-        held[key] = [units * dur, cpu * dur, mem * dur]
-    else:
-        acc[0] += units * dur
-        acc[1] += cpu * dur
-        acc[2] += mem * dur
-
-
-def _key_functions(aggregate: Sequence[str]) -> list[_KeyFn]:
-    if isinstance(aggregate, str) or not aggregate:
-        raise InputError(f"aggregate must be a non-empty tuple of names, got {aggregate!r}", field="aggregate")
-    fns: list[_KeyFn] = []
-    for name in aggregate:
-        if name.startswith("label:") and len(name) > len("label:"):
-            fns.append(_LabelKey(name[len("label:") :]))
-        elif name in AGGREGATE_FIELDS:
-            fns.append(_FieldKey(name))
-        else:
-            raise InputError(
-                f"unknown aggregate '{name}' (known: {', '.join(AGGREGATE_FIELDS)}, label:<key>)",
-                field="aggregate",
-            )
-    return fns
-
-
-class _KeyFn:
-    __slots__ = ()
-
-    def __call__(self, seg: UsageSegment) -> str:
-        raise NotImplementedError
-
-
-class _FieldKey(_KeyFn):
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, seg: UsageSegment) -> str:
-        return str(getattr(seg, self.name))
-
-
-class _LabelKey(_KeyFn):
-    __slots__ = ("label",)
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-
-    def __call__(self, seg: UsageSegment) -> str:
-        return seg.labels.get(self.label, "")
-
-
-# -- helpers --------------------------------------------------------------------------------------
-
-
-def _round_cents(x: Fraction) -> int:
-    """``x`` dollars in whole cents, half up."""
-    return math.floor(x * 100 + Fraction(1, 2))
-
-
-def _largest_remainder_int(numerators: Sequence[int], den: int, target_cents: int) -> list[int]:
-    """Round values given as integer numerators over ``den`` dollars to cents so they sum to
-    ``target_cents``: floor each, then give the missing cents to the largest remainders (ties:
-    the earlier value)."""
-    scaled = [v * 100 for v in numerators]
-    floors = [v // den for v in scaled]
-    missing = target_cents - sum(floors)
-    if not 0 <= missing <= len(scaled):
-        raise AssertionError(f"cannot round {numerators}/{den} to {target_cents} cents")
-    order = sorted(range(len(scaled)), key=lambda i: (-(scaled[i] - floors[i] * den), i))
-    for i in order[:missing]:
-        floors[i] += 1
-    return floors
-
-
-def _usd(cents: int) -> Decimal:
-    return Decimal(cents).scaleb(-2)
-
-
-def _us(t: float) -> int:
+def to_us(t: float) -> int:
     return round(t * US_PER_S)
 
 

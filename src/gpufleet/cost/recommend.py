@@ -1,8 +1,9 @@
 """Recommendations: what to change to spend less, each with $ per month, a confidence and the action.
 
 Pure functions over the ledger (what jobs held and cost), GPU telemetry (utilization and memory
-samples, one per GPU per job), progress reports and the price catalog; :func:`inputs_from_store`
-is the one piece of glue that reads them from the store.
+samples, one per GPU per job), progress reports and the price catalog, which
+:func:`gpufleet.store.usage_repo.recommend_inputs` reads from the store. Jobs' costs come from
+:func:`gpufleet.cost.spend.job_costs_usd` with the server's pricing rules (``RecommendInputs.rules``).
 
 Money: a figure measured over the window is scaled to a month (``× 730.5 h / window hours``,
 assuming the window's workload repeats) unless the action is about a job running now (idle GPUs:
@@ -47,21 +48,20 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.forecast import ProgressReport, forecast_job
-from gpufleet.cost.ledger import Ledger, UsageSegment, allocate
+from gpufleet.cost.ledger import Ledger, UsageSegment
 from gpufleet.cost.roi import HOURS_PER_MONTH
+from gpufleet.cost.rules import PricingRules
+from gpufleet.cost.spend import job_costs_usd
 from gpufleet.errors import CatalogError, InputError
 from gpufleet.model.gpu import GPU_MODELS, MIG_COMPUTE_SLICES, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES
 from gpufleet.model.node import CapacityType
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
 
 # Dense FP16/BF16 tensor TFLOPS from NVIDIA's datasheets (SXM parts where there are two); used only
 # as ratios ("does a slower GPU keep up with what the job actually used"). V100/P100: FP16 tensor/
@@ -178,6 +178,7 @@ class RecommendInputs:
     samples: Sequence[UtilSample] = ()
     progress: Mapping[str, Sequence[ProgressReport]] = field(default_factory=dict)
     jobs: Mapping[str, JobFacts] = field(default_factory=dict)
+    rules: PricingRules | None = None  # the server's pricing rules: jobs' costs as /v1/usage charges them
 
 
 @dataclass
@@ -212,7 +213,7 @@ def recommend(
         raise InputError("the window is empty (now <= start)", field="window")
     window_h = (now - start) / 3600.0
     to_month = HOURS_PER_MONTH / window_h
-    uses = _job_uses(inputs.ledger, start, now)
+    uses = _job_uses(inputs.ledger, inputs.rules, start, now)
     samples_by_job: dict[str, list[UtilSample]] = defaultdict(list)
     for one in inputs.samples:
         if one.job_id is not None and start <= one.time <= now:
@@ -232,9 +233,8 @@ def recommend(
     return out
 
 
-def _job_uses(ledger: Ledger, start: float, now: float) -> dict[str, _JobUse]:
-    alloc = allocate(ledger, start, now, ("job_id",), as_of=now)
-    costs = {r.key[0]: float(r.total_cost_usd) for r in alloc.rows}
+def _job_uses(ledger: Ledger, rules: PricingRules | None, start: float, now: float) -> dict[str, _JobUse]:
+    costs = job_costs_usd(ledger, rules, start, now, as_of=now)
     uses: dict[str, _JobUse] = {}
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for s in ledger.segments(as_of=now):
@@ -551,46 +551,3 @@ def _reserved_recs(
             )
         )
     return out
-
-
-def inputs_from_store(session: Session, start: float, now: float) -> RecommendInputs:
-    """Read the ledger, telemetry, progress and job facts of ``[start, now]`` from the store."""
-    from sqlalchemy import select
-
-    from gpufleet.store import repo
-    from gpufleet.store.models import GpuSampleRow, JobProgressRow, JobRow
-
-    ledger = repo.load_ledger(session, start, now, now)
-    samples = [
-        UtilSample(r.time, r.node, r.gpu_index, r.job_id, r.utilization_pct, r.memory_used_mib, r.memory_total_mib)
-        for r in session.scalars(
-            select(GpuSampleRow).where(
-                GpuSampleRow.time >= start, GpuSampleRow.time <= now, GpuSampleRow.job_id.is_not(None)
-            )
-        )
-    ]
-    job_ids = {s.job_id for s in ledger.segments(as_of=now)}
-    jobs: dict[str, JobFacts] = {}
-    progress: dict[str, list[ProgressReport]] = defaultdict(list)
-    if job_ids:
-        for j in session.scalars(select(JobRow).where(JobRow.id.in_(sorted(job_ids)))):
-            jobs[j.id] = JobFacts(
-                j.id,
-                j.team,
-                j.state,
-                j.priority_class,
-                j.preemptible,
-                j.checkpoint_dir is not None,
-                j.gpus,
-                j.gpu_milli,
-                j.mig_profile,
-                j.started_at,
-                j.estimated_runtime_s,
-            )
-        for p in session.scalars(
-            select(JobProgressRow).where(JobProgressRow.job_id.in_(sorted(job_ids))).order_by(JobProgressRow.time)
-        ):
-            progress[p.job_id].append(
-                ProgressReport(p.time, p.step, p.total_steps, {k: float(v) for k, v in (p.metrics or {}).items()})
-            )
-    return RecommendInputs(ledger, start, now, samples, progress, jobs)

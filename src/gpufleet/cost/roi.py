@@ -14,7 +14,7 @@ Notation over the window ``[start, end)`` of ``T`` hours, from the ledger (segme
 **Counterfactual** ``C0 = P · T · p_ref``: the same work on a fixed cluster of ``P`` on-demand whole
 GPUs of the reference model, on for the whole window.
 
-**Actual** ``A``: what the nodes cost (``allocate(...).totals``, idle included).
+**Actual** ``A``: what the nodes cost (``spend_report(...).node_cost_exact_usd``, idle included).
 
 **Levers** — a waterfall from ``C0`` to ``A``, each step priced as below, so the parts add up to the
 total savings ``S = C0 − A`` exactly (there is no interaction term; the order of the steps decides
@@ -50,7 +50,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from gpufleet.cost.catalog import PriceCatalog
-from gpufleet.cost.ledger import Ledger, allocate
+from gpufleet.cost.ledger import Ledger
+from gpufleet.cost.spend import spend_report
 from gpufleet.errors import CatalogError, InputError
 from gpufleet.model.node import CapacityType
 
@@ -200,7 +201,7 @@ def roi_report(
     sharing = (whole_gh - used_gh) * p_ref
     autoscaling = ((peak * hours - whole_gh) - (node_gh - used_gh)) * p_ref
     c0 = peak * hours * p_ref
-    actual = float(allocate(ledger, start, max(start, cut), ("team",), as_of=cut).node_cost_exact_usd)
+    actual = float(spend_report(ledger, start, max(start, cut), as_of=cut).node_cost_exact_usd)
     levers = {
         "sharing": sharing,
         "autoscaling": autoscaling,

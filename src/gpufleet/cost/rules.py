@@ -4,11 +4,11 @@ price overrides — loaded from YAML, validated, and applied to a ledger before 
 Why a transformation of the ledger and not rules inside ``allocate``: every rule but one changes
 what a *node* costs for a stretch of time. Splitting the node intervals (and the segments on them)
 at the rule's edges and giving each piece its exact price lets the one pricing function
-(:func:`~gpufleet.cost.ledger.split_node_price`) and the one allocation (:func:`allocate`) stay as
+(:func:`~gpufleet.cost.pricesplit.split_node_price`) and the one allocation (:func:`allocate`) stay as
 they are, so conservation (attributed + idle = what the nodes cost) holds by the same code that
 the ledger tests prove. The one rule that does not change what a node costs — the priority
 multiplier, a chargeback policy on what a *job* is charged — is a post-pass in
-:mod:`gpufleet.cost.attribution` that reports the difference on its own line.
+:mod:`gpufleet.cost.spend` that reports the difference on its own line.
 
 The rules (documented for users in ``docs/pricing.md``):
 
@@ -34,7 +34,7 @@ The rules (documented for users in ``docs/pricing.md``):
   and reserved nodes covered by a commitment (a fixed price by contract). A local time that does
   not exist (the skipped hour of a spring-forward night) is read with the offset before the change;
   an ambiguous one (the repeated hour) as its first occurrence.
-- **Priority multipliers** (``priority_multipliers:``): see :mod:`gpufleet.cost.attribution`.
+- **Priority multipliers** (``priority_multipliers:``): see :mod:`gpufleet.cost.spend`.
 
 All prices are exact (``Fraction``) from the decimals written in the file.
 """
@@ -63,7 +63,7 @@ from gpufleet.model.gpu import GPU_MODELS, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES
 from gpufleet.model.node import CapacityType
 
-from .ledger import US_PER_HOUR, Ledger, NodeInterval, UsageSegment, _us
+from .ledger import US_PER_HOUR, Ledger, NodeInterval, UsageSegment, to_us
 
 HOURS_PER_YEAR = 8760  # 365 days: the amortisation year (documented in docs/pricing.md)
 HOURS_PER_MONTH = Fraction(HOURS_PER_YEAR, 12)  # 730
@@ -502,14 +502,14 @@ class PricedLedger:
 
     def reservation_costs(self, start: float | None = None, end: float | None = None) -> list[ReservationCost]:
         """Each reservation's committed and unused cost within ``[start, end]`` (default: all)."""
-        lo = _us(self.start if start is None else max(start, self.start))
-        hi = _us(self.end if end is None else min(end, self.end))
+        lo = to_us(self.start if start is None else max(start, self.start))
+        hi = to_us(self.end if end is None else min(end, self.end))
         out = []
         for r in self.rules.reservations:
             committed_us = 0
             unused = Fraction(0)
             for p in self.reservation_pieces.get(r.name, ()):
-                dur = min(_us(p.end), hi) - max(_us(p.start), lo)
+                dur = min(to_us(p.end), hi) - max(to_us(p.start), lo)
                 if dur <= 0:
                     continue
                 committed_us += dur

@@ -103,6 +103,8 @@ def pool_fits(ps: PoolState, pod: PodRequest, snap: ClusterSnapshot) -> bool:
     p = ps.pool
     if p.capacity_type is CapacityType.SPOT and not pod.allow_spot:
         return False
+    if pod.spot_only and p.capacity_type is not CapacityType.SPOT:
+        return False
     if pod.cpu_milli > p.cpu_milli or pod.memory_mib > p.memory_mib:
         return False
     g = pod.gpu

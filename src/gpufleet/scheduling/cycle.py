@@ -3,7 +3,9 @@
 Phases (numbered as in DESIGN.md):
 
 1. order the queue (nominated jobs — whose victims are being stopped — first);
-2. admit each job against quotas (types it may use);
+2. admit each job: the configured admission checks in order (``scheduling/admission.py``; default
+   feasibility, quota, budget) each admit it — possibly narrowing its pod request (GPU types, spot
+   only) —, hold it this cycle (UNSCHEDULABLE) or reject it as never runnable (UNRESOLVABLE);
 3. filter, score and reserve in the snapshot (gangs all or nothing);
 4. when a job does not fit: try preemption (PostFilter); if it still waits and is the first such
    job, make its EASY-backfill reservation: later jobs may only use the reserved nodes if they end
@@ -14,22 +16,52 @@ Phases (numbered as in DESIGN.md):
 
 The scheduler keeps the team usage (for fair share and quotas), the preemption graph, the
 nominations and the autoscaler's idle timers. It never reads a clock: ``now`` is passed in.
+
+Cost: a cycle grows with what it can start, not with the queue. From ``LAZY_QUEUE_MIN`` queued jobs
+on, the scheduler keeps state across cycles — the queue's change since the last cycle (found by
+identity, with C-level scans), the queue's shapes, running jobs sorted by expected end (EASY), and
+the fair-share order's index (``ordering/fairshare.py``), which yields the order lazily. Once every
+shape still queued can only wait for room (it failed with every node, or — when admission can
+only admit — no node fits it now, or it failed beside the reservation and none of its jobs can end
+before the shadow time), the cycle stops: the rest of the queue waits with "no node has room",
+filled into :attr:`Decisions.waiting` (and the rest of :attr:`Decisions.order`) only when read.
+The decisions are those of the full pass, job for job (``tests/test_cycle.py`` compares them).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
+from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job
+from gpufleet.scheduling.admission import (
+    DEFAULT_CHECKS,
+    AdmissionCheck,
+    AdmissionContext,
+    BudgetCheck,
+    CapacityLimit,
+    FeasibilityCheck,
+    QuotaCheck,
+    build_checks,
+)
 from gpufleet.scheduling.autoscaler import Autoscaler, AutoscalerConfig, PoolState, ScaleDown, ScaleUp
-from gpufleet.scheduling.framework import SUCCESS, Code, QueueSort, ScorePlugin, SortContext, Status
+from gpufleet.scheduling.framework import (
+    SUCCESS,
+    Code,
+    QueueDelta,
+    QueueSort,
+    ScorePlugin,
+    SortContext,
+    Status,
+    aligned_diff,
+    diff_queue,
+)
 from gpufleet.scheduling.placement.base import commit, place_one, uncommit
 from gpufleet.scheduling.preemption import PreemptionGraph, RunningJob, VictimFilter, plan_preemption
 from gpufleet.scheduling.quota import QuotaPolicy
@@ -40,7 +72,11 @@ BACKFILL_MODES = ("easy", "greedy", "strict")
 # The autoscaler plans for at most this many blocked jobs per cycle (in queue order); it opens at
 # most ``max_new_nodes_per_cycle`` nodes anyway, and the next cycle sees the rest.
 MAX_BLOCKED_FOR_AUTOSCALER = 512
+# Queues at least this long are indexed across cycles and ordered lazily (the cycle may stop early);
+# shorter ones are ordered whole, which costs less than keeping the index (half as long: dropped).
+LAZY_QUEUE_MIN = 64
 NO_ROOM = Status(Code.UNSCHEDULABLE, "no node has room")
+_BUILTIN_CHECKS = (FeasibilityCheck, QuotaCheck, BudgetCheck)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +85,7 @@ class CycleConfig:
     preemption: bool = True
     max_spot_restarts: int = 3  # after this many spot interruptions a job runs on-demand only
     autoscaler: AutoscalerConfig = field(default_factory=AutoscalerConfig)
+    admission: tuple[str, ...] = DEFAULT_CHECKS  # admission checks (by registered name), in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,15 +102,76 @@ class Preemption:
     reason: str
 
 
+class Waiting(MutableMapping[str, Status]):
+    """Job id → why it still waits. When a cycle stops early (no remaining job could start), the
+    rest of the queue waits with one shared status, filled in only when the mapping is first read
+    (a simulator that never reads it pays nothing). Iteration order: jobs the cycle looked at in
+    its order, then the rest in queue order (:attr:`Decisions.order` has the cycle's order)."""
+
+    __slots__ = ("_d", "_rest")
+
+    def __init__(self) -> None:
+        self._d: dict[str, Status] = {}
+        self._rest: tuple[Sequence[Job], set[str], Status] | None = None
+
+    def wait_rest(self, pending: Sequence[Job], placed: set[str], status: Status) -> None:
+        self._rest = (pending, placed, status)
+
+    def _fill(self) -> dict[str, Status]:
+        if self._rest is not None:
+            pending, placed, status = self._rest
+            self._rest = None
+            d = self._d
+            for j in pending:
+                if j.id not in d and j.id not in placed:
+                    d[j.id] = status
+        return self._d
+
+    def __getitem__(self, key: str) -> Status:
+        return self._fill()[key]
+
+    def __setitem__(self, key: str, value: Status) -> None:
+        self._fill()[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._fill()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fill())
+
+    def __len__(self) -> int:
+        return len(self._fill())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._fill()
+
+    def __repr__(self) -> str:
+        return f"Waiting({self._fill()!r})"
+
+
 @dataclass(slots=True)
 class Decisions:
     placements: list[Placement] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     scale_up: list[ScaleUp] = field(default_factory=list)
     scale_down: list[ScaleDown] = field(default_factory=list)
-    waiting: dict[str, Status] = field(default_factory=dict)  # job id → why it still waits
+    waiting: Waiting = field(default_factory=Waiting)  # job id → why it still waits
     reservation: tuple[str, float] | None = None  # (job id, shadow time) of the EASY reservation
-    order: list[Job] = field(default_factory=list)  # the queue in the order this cycle considered it
+    _order: list[Job] = field(default_factory=list)
+    _order_rest: Iterator[Job] | None = None  # the order past where the cycle stopped, produced when read
+
+    @property
+    def order(self) -> list[Job]:
+        """The queue in the order this cycle considered it (the jobs past an early stop in the
+        order they would have come), computed on first read."""
+        if self._order_rest is not None:
+            self._order.extend(self._order_rest)
+            self._order_rest = None
+        return self._order
+
+    @order.setter
+    def order(self, jobs: list[Job]) -> None:
+        self._order, self._order_rest = jobs, None
 
 
 @dataclass(slots=True)
@@ -84,10 +182,16 @@ class ClusterState:
     pending: Sequence[Job]
     running: Mapping[str, RunningJob]
     pools: Sequence[PoolState] = ()
+    limits: Sequence[CapacityLimit] = ()  # capacity limits in force (budget throttles), see admission.py
 
 
 def _by_est_end(rj: RunningJob) -> tuple[float, str]:
     return (rj.est_end, rj.job.id)
+
+
+def _has_estimate(job: Job) -> bool:
+    """Can the job ever end before an EASY shadow time (it has a runtime estimate)?"""
+    return (job.spec.estimated_runtime_s or job.spec.max_runtime_s) is not None
 
 
 def key_failed(base_key: tuple[object, ...], failed: set[tuple[object, ...]]) -> bool:
@@ -104,6 +208,7 @@ class Scheduler:
         quotas: QuotaPolicy | None = None,
         usage: UsageTracker | None = None,
         weights: Mapping[str, float] | None = None,
+        admission: Sequence[AdmissionCheck] | None = None,
     ) -> None:
         self.queue_sort = queue_sort
         self.placement = placement
@@ -117,10 +222,33 @@ class Scheduler:
             self.weights.setdefault(team, q.weight)
         self.graph = PreemptionGraph()
         self.autoscaler = Autoscaler(self.config.autoscaler)
+        self.admission: list[AdmissionCheck] = (
+            list(admission) if admission is not None else build_checks(self.config.admission)
+        )
         self.nominated: dict[str, set[str]] = {}  # preemptor id → victim ids still stopping
         self._pods: dict[str, tuple[tuple[object, ...], PodRequest, tuple[object, ...]]] = {}
         self._blocked: list[tuple[Job, PodRequest]] = []  # left blocked for capacity by the last cycle
         self._preemptible: Counter[int] = Counter()  # base priority → preemptible jobs holding resources
+        # the queue's shapes, kept current across cycles (object identity → shape key; shape → jobs)
+        self._queued: dict[int, Job] = {}
+        self._view: list[Job] = []  # the last cycle's queue, as given
+        self._view_ids: set[int] = set()
+        self._queue_version = 0
+        self._indexed = False  # the queue index below is kept (long queues only)
+        self.lazy_queue_min = LAZY_QUEUE_MIN
+        self._unqueued: list[Job] = []  # placed by the last cycle: dropped here, still in the sort's index
+        self._delta: QueueDelta | None = None
+        self._queued_key: dict[int, tuple[object, ...]] = {}
+        self._queued_shapes: dict[tuple[object, ...], dict[int, Job]] = {}  # shape → its queued jobs
+        self._queued_sig: tuple[ClusterSnapshot | None, int] = (None, -1)
+        # per queue shape with runtime estimates: (remaining estimate, object id), ascending (an
+        # estimate does not change while a job waits)
+        self._queued_est: dict[tuple[object, ...], list[tuple[float, int]]] = {}
+        # running jobs by expected end (EASY reservations), kept current across cycles
+        self._ends: list[tuple[float, str]] = []
+        self._ends_rj: list[RunningJob] = []
+        self._ends_objs: dict[int, RunningJob] = {}
+        self._ends_ids: set[int] = set()
 
     # -- usage bookkeeping (the world calls these when jobs start and stop) -----------------------
     def account(
@@ -164,6 +292,18 @@ class Scheduler:
             return out
         n = snap.n
         live = snap.schedulable[:n]
+        running = state.running
+        gone: set[str] = set()  # victims chosen in this cycle
+        actx = AdmissionContext(self, state, now, out, gone)
+        for check in self.admission:
+            check.start(actx)
+        # a short queue is ordered whole (no index to keep); a long one is indexed across cycles
+        small = len(state.pending) < (self.lazy_queue_min // 2 if self._indexed else self.lazy_queue_min)
+        if small:
+            self._drop_queue_index()
+            unsettled: set[tuple[object, ...]] = set()
+        else:
+            unsettled = self._sync_queue_shapes(snap, state.pending)
         ctx = SortContext(
             now=now,
             usage=self.usage,
@@ -171,55 +311,109 @@ class Scheduler:
             cpu_total_milli=int(snap.cpu_cap[:n][live].sum()),
             memory_total_mib=int(snap.mem_cap[:n][live].sum()),
             weights=self.weights,
+            priorities_changed=actx.priorities_changed,
+            queue_delta=self._delta,
         )
-        # 1. order: nominated jobs first (their room is being freed), then the queue policy
-        order = self.queue_sort.order(state.pending, ctx)
-        if self.nominated:
-            order.sort(key=lambda j: j.id not in self.nominated)
-        out.order = order
+        # 1. order: nominated jobs first (their room is being freed), then the queue policy. Without
+        # nominations a lazy policy yields the order as the loop consumes it, and the loop stops
+        # early once every shape still queued has failed (each job left would take the fast path)
+        iter_order = getattr(self.queue_sort, "iter_order", None)
+        lazy = not small and not self.nominated and iter_order is not None
+        # "pure": admission can neither narrow a pod nor hold a job nor act (no quotas, no limits,
+        # built-in checks only), so a job whose shape failed both before and after the EASY shadow
+        # can only wait for room; and the jobs the autoscaler is told about are enough
+        pure = (
+            lazy
+            and not self.quotas
+            and not state.limits
+            and all(type(c) in _BUILTIN_CHECKS for c in self.admission)
+        )
+        autoscaled = self.config.autoscaler.enabled and bool(state.pools)
+        wd = out.waiting._d  # the cycle fills the plain dict; the rest may be filled lazily (early stop)
+        order: Iterable[Job]
+        if lazy:
+            assert iter_order is not None
+            order = it = iter_order(state.pending, ctx)
+            seen: list[Job] = []
+            seen_ids: set[int] = set()
+            out.order = seen
+        else:
+            full = self.queue_sort.order(state.pending, ctx)
+            if self.nominated:
+                full.sort(key=lambda j: j.id not in self.nominated)
+            out.order = order = full
         blocked_for_capacity: list[tuple[Job, PodRequest]] = []
         failed_shapes: set[tuple[object, ...]] = set()
         reserved_nodes: np.ndarray | None = None
         pending_reservation: tuple[Job, PodRequest] | None = None
         shadow = math.inf
         head_blocked = False
-        running = state.running
-        gone: set[str] = set()  # victims chosen in this cycle
+        changed = False  # a shape failed, a job was placed or the reservation made since the last look
+        memo: dict[tuple[object, ...], tuple[bool, int]] = {}  # shape → (admitted, placements when it fit)
         for job in order:
+            if lazy:
+                seen.append(job)
+                if head_blocked and changed:
+                    changed = False
+                    deep = (
+                        pure
+                        and pending_reservation is None  # the EASY reservation a later job would make is made
+                        and (not autoscaled or len(blocked_for_capacity) >= MAX_BLOCKED_FOR_AUTOSCALER)
+                    )
+                    unsettled = {
+                        kx
+                        for kx in unsettled
+                        if (kx[0], None) not in failed_shapes
+                        and not (
+                            deep and self._settled(kx, failed_shapes, reserved_nodes, seen_ids, shadow, actx, memo)
+                        )
+                    }
+                if head_blocked and not unsettled:
+                    # every job left would wait for room with no other effect: stop here
+                    wd[job.id] = NO_ROOM
+                    out.waiting.wait_rest(tuple(state.pending), {p.job.id for p in out.placements}, NO_ROOM)
+                    out._order_rest = it
+                    break
+                seen_ids.add(id(job))  # after the look above: this job may still be the one that fits
             if self.nominated.get(job.id):
-                out.waiting[job.id] = Status(Code.UNSCHEDULABLE, "waiting for preempted jobs to stop")
+                wd[job.id] = Status(Code.UNSCHEDULABLE, "waiting for preempted jobs to stop")
                 continue
             pod, base_key = self._pod(snap, job)
+            key0 = base_key
             if head_blocked and key_failed(base_key, failed_shapes):
-                # fast path: this shape failed with every type it may use; quotas only narrow that
-                out.waiting[job.id] = NO_ROOM
+                # fast path: this shape failed with every node; admission only narrows that
+                wd[job.id] = NO_ROOM
                 continue
-            # 2. quotas
-            verdict = None
-            if self.quotas and job.spec.gpu.count:
-                verdict = self.quotas.admit(job.team, job.spec.total_gpu_milli, snap.gpu_types, self.usage)
-                type_ok = pod.type_ok & verdict.type_ok[: len(pod.type_ok)]
-                if not type_ok.any():
-                    status = self._try_reclaim(snap, job, pod, verdict.within_nominal, running, gone, out, now)
-                    out.waiting[job.id] = Status(
-                        Code.UNSCHEDULABLE, "reclaiming quota lent to the cohort" if status.ok else verdict.reason
-                    )
-                    continue
-                if not np.array_equal(type_ok, pod.type_ok):
-                    pod = dataclasses.replace(pod, type_ok=type_ok)
-                    base_key = (*base_key, type_ok.tobytes())
+            # 2. admission checks, in order; each may narrow the pod
+            within: np.ndarray | None = None
+            held: Status | None = None
+            for check in self.admission:
+                verdict = check.admit(job, pod, actx)
+                if verdict.within_nominal is not None:
+                    within = verdict.within_nominal
+                if not verdict.status.ok:
+                    held = verdict.status
+                    break
+                if verdict.pod is not None and verdict.pod is not pod:
+                    pod = verdict.pod
+                    base_key = (*key0, pod.type_ok.tobytes(), pod.spot_only)
                     if head_blocked and key_failed(base_key, failed_shapes):
-                        out.waiting[job.id] = NO_ROOM
-                        continue
+                        held = NO_ROOM
+                        break
+            if held is not None:
+                wd[job.id] = held
+                continue
             if pending_reservation is not None:
                 # EASY: computed only once a later job might fit somewhere (it is costly)
                 hjob, hpod = pending_reservation
                 pending_reservation = None
+                by_end = self._by_end(running)
                 shadow, nodes = self._reservation(
-                    snap, hjob, hpod, (r for r in running.values() if r.job.id not in gone), now
+                    snap, hjob, hpod, [r for r in by_end if r.job.id not in gone] if gone else by_end, now
                 )
                 reserved_nodes = np.array(sorted(nodes), dtype=np.int64)
                 out.reservation = (hjob.id, shadow)
+                changed = True
             ends_before_shadow = False
             if reserved_nodes is not None:
                 est = job.remaining_estimate(now)
@@ -242,18 +436,21 @@ class Scheduler:
                 self.account(job, assignments, snap, now, +1)
                 out.placements.append(Placement(job, assignments, backfilled=head_blocked))
                 self.nominated.pop(job.id, None)
+                changed = True
                 continue
-            failed_shapes.add(key)
-            if reserved_nodes is None or ends_before_shadow:
+            if key not in failed_shapes:
+                failed_shapes.add(key)
+                changed = True
+            if (reserved_nodes is None or ends_before_shadow) and (base_key, None) not in failed_shapes:
                 failed_shapes.add((base_key, None))  # fails even with no node reserved
+                changed = True
             # 4. does not fit: preemption, reservation, autoscaler
             if self.config.preemption and job.spec.gang_size == 1 and not head_blocked:
-                within = verdict.within_nominal if verdict is not None else None
                 status = self._try_preempt(snap, job, pod, running, gone, out, now, within)
                 if status.ok:
-                    out.waiting[job.id] = Status(Code.UNSCHEDULABLE, "preempting to make room")
+                    wd[job.id] = Status(Code.UNSCHEDULABLE, "preempting to make room")
                     continue
-            out.waiting[job.id] = NO_ROOM
+            wd[job.id] = NO_ROOM
             if len(blocked_for_capacity) < MAX_BLOCKED_FOR_AUTOSCALER:
                 blocked_for_capacity.append((job, pod))
             if not head_blocked:
@@ -262,12 +459,22 @@ class Scheduler:
                     break
                 if self.config.backfill == "easy":
                     pending_reservation = (job, pod)
+        if lazy:
+            out._order_rest = it  # the order past where the loop stopped (strict backfill, early stop)
         self._blocked = blocked_for_capacity
+        for pl in out.placements:  # placed: if it comes back before the next cycle, index it afresh
+            self._unqueue(pl.job)
         if blocked_for_capacity:
             out.scale_up = self.autoscaler.scale_up(
                 blocked_for_capacity, state.pools, snap, queue_length=len(state.pending), now=now
             )
         return out
+
+    def autoscale_quiet(self) -> bool:
+        """Would an autoscaler tick decide nothing whatever the nodes? True when the last cycle left
+        no job blocked for capacity and no node is being timed as idle: then a tick only starts idle
+        timers, which the world can skip while no autoscaled node is empty."""
+        return not self._blocked and not self.autoscaler.idle_since
 
     def autoscale(self, state: ClusterState, now: float) -> Decisions:
         """The autoscaler's timer tick: scale up for the jobs the last cycle left blocked (placement
@@ -304,6 +511,162 @@ class Scheduler:
         )
         self._pods[job.id] = (ck, pod, key)
         return pod, key
+
+    def _drop_queue_index(self) -> None:
+        if self._indexed:
+            self._indexed = False
+            self._queued, self._queued_key, self._queued_shapes, self._queued_est = {}, {}, {}, {}
+            self._view, self._view_ids = [], set()
+            self._unqueued = []
+            self._delta = None
+            self._queued_sig = (None, -1)
+
+    def _sync_queue_shapes(self, snap: ClusterSnapshot, pending: Sequence[Job]) -> set[tuple[object, ...]]:
+        """Bring the index of the queue's (shape key, GPU types, has a runtime estimate) to
+        ``pending`` (a diff by object identity) and return the set of them queued."""
+        sig = (snap, len(snap.gpu_types))
+        fresh = sig[0] is not self._queued_sig[0] or sig[1] != self._queued_sig[1]
+        self._queued_sig = sig
+        self._indexed = True
+        # the change since the last cycle's queue (the "view"; the sort's index was synced to it)
+        view, view_ids = self._view, self._view_ids
+        d = None if fresh else aligned_diff(view, view_ids, pending)
+        if d is None and not fresh:
+            dq = diff_queue(view_ids, {id(j): j for j in view}, pending)
+            if dq is not None:
+                d = (dq[1], dq[2])
+        if d is None:  # a new snapshot or GPU type, or a job queued twice: index the distinct jobs afresh
+            fresh = True
+            self._queued, self._queued_key, self._queued_shapes, self._queued_est = {}, {}, {}, {}
+            self._unqueued = []
+            pending = list({id(j): j for j in pending}.values())
+            d, view_ids = (pending, []), set()
+        arrived, left = d
+        view_ids.difference_update(map(id, left))
+        view_ids.update(map(id, arrived))
+        self._view, self._view_ids = list(pending), view_ids
+        since = -1 if fresh else self._queue_version  # afresh: the sort diffs on its own
+        self._queue_version += 1
+        self._delta = QueueDelta(since, self._queue_version, arrived, left)
+        # this index dropped the jobs placed last cycle: those still queued come back
+        queued = self._queued
+        back = [u for u in self._unqueued if id(u) in view_ids and id(u) not in queued]
+        self._unqueued = []
+        for j in left:
+            if queued.pop(id(j), None) is not None:
+                self._drop_queued(id(j), j)
+        keys, shapes, ests = self._queued_key, self._queued_shapes, self._queued_est
+        for j in (*arrived, *back):
+            oid = id(j)
+            if oid in queued:
+                continue
+            queued[oid] = j
+            k = keys[oid] = (self._pod(snap, j)[1], j.spec.gpu_types, _has_estimate(j))
+            shapes.setdefault(k, {})[oid] = j
+            if k[2]:
+                est = j.remaining_estimate(0.0)  # a waiting job's estimate does not depend on the time
+                lst = ests.setdefault(k, [])
+                e = (est if est is not None else math.inf, oid)
+                lst.insert(bisect_left(lst, e), e)
+        return set(shapes)
+
+    def _drop_queued(self, oid: int, job: Job) -> None:
+        k = self._queued_key.pop(oid)
+        members = self._queued_shapes[k]
+        del members[oid]
+        if not members:
+            del self._queued_shapes[k]
+        if k[2]:
+            lst = self._queued_est[k]
+            est = job.remaining_estimate(0.0)
+            i = bisect_left(lst, (est if est is not None else math.inf, oid))
+            if i < len(lst) and lst[i][1] == oid:
+                del lst[i]
+            else:  # the estimate changed after all: find it by identity
+                del lst[next(x for x, e in enumerate(lst) if e[1] == oid)]
+            if not lst:
+                del self._queued_est[k]
+
+    def _settled(
+        self,
+        kx: tuple[object, ...],
+        failed: set[tuple[object, ...]],
+        reserved: np.ndarray | None,
+        seen: set[int],
+        shadow: float,
+        actx: AdmissionContext,
+        memo: dict[tuple[object, ...], tuple[bool, int]],
+    ) -> bool:
+        """(Admission that can only admit, see ``pure`` in :meth:`cycle`.) Would every queued job of
+        shape ``kx`` the cycle has not looked at yet only wait for room, with no other effect?
+        Yes when admission admits the shape and either no node could take one of its pods now
+        (capacity only shrinks within a cycle), or, once the EASY reservation is made, the shape
+        failed beside the reserved nodes and no such job could end before the shadow time."""
+        members = self._queued_shapes.get(kx)
+        if not members:
+            return True
+        k0 = kx[0]
+        placed = len(actx.out.placements)
+        hit = memo.get(kx)
+        if hit is None or (hit[0] and hit[1] >= 0 and hit[1] != placed):
+            rep = next(iter(members.values()))
+            pod = self._pod(actx.state.snapshot, rep)[0]
+            if hit is None and not all(c.admit(rep, pod, actx).ok for c in self.admission):
+                memo[kx] = (False, -1)
+                return False
+            # capacity only shrinks within a cycle: once no node fits a pod, none will (-1)
+            fits = bool(actx.state.snapshot.feasible(pod).any())
+            hit = memo[kx] = (True, placed if fits else -1)
+        if not hit[0]:
+            return False
+        if hit[1] < 0:
+            return True
+        return (
+            reserved is not None
+            and (k0, False) in failed
+            and (not kx[2] or (k0, True) in failed or not self._may_end_before(kx, seen, actx.now, shadow))
+        )
+
+    def _may_end_before(self, kx: tuple[object, ...], seen: set[int], now: float, shadow: float) -> bool:
+        """Could a queued job of shape ``kx`` that the cycle has not looked at yet end (by its
+        estimate) before the EASY shadow time?"""
+        for est, oid in self._queued_est.get(kx, ()):
+            if oid not in seen:
+                return now + est <= shadow
+        return False
+
+    def _unqueue(self, job: Job) -> None:
+        oid = id(job)
+        if self._queued.pop(oid, None) is not None:
+            self._drop_queued(oid, job)
+            self._unqueued.append(job)
+
+    def _by_end(self, running: Mapping[str, RunningJob]) -> list[RunningJob]:
+        """The running jobs by (expected end, id), kept sorted across cycles (a diff by identity)."""
+        d = diff_queue(self._ends_ids, self._ends_objs, list(running.values()))
+        ends, rjs = self._ends, self._ends_rj
+        if d is None or len(d[1]) + len(d[2]) > len(running) // 2 + 16:
+            rjs[:] = sorted(running.values(), key=_by_est_end)
+            ends[:] = [_by_est_end(r) for r in rjs]
+            self._ends_objs = {id(r): r for r in rjs}
+            self._ends_ids = set(self._ends_objs)
+            return rjs
+        self._ends_ids, new, gone = d
+        objs = self._ends_objs
+        for r in gone:
+            del objs[id(r)]
+            i = bisect_left(ends, _by_est_end(r))
+            while rjs[i] is not r:
+                i += 1
+            del ends[i]
+            del rjs[i]
+        for r in new:
+            objs[id(r)] = r
+            k = _by_est_end(r)
+            i = bisect_left(ends, k)
+            ends.insert(i, k)
+            rjs.insert(i, r)
+        return rjs
 
     def forget(self, job_id: str) -> None:
         """The job left the queue for good (ended or cancelled): drop its cached state."""
@@ -479,12 +842,13 @@ class Scheduler:
         self, snap: ClusterSnapshot, job: Job, pod: PodRequest, running: Iterable[RunningJob], now: float
     ) -> tuple[float, set[int]]:
         """EASY backfill: the earliest time the blocked job fits as running jobs end (by estimate),
-        and the nodes it would use then. Unknown end times count as never.
+        and the nodes it would use then. Unknown end times count as never. ``running``: a list is
+        taken as already sorted by (expected end, id); any other iterable is sorted.
 
         Counts, per node, how many of the job's (identical) pods would fit as jobs end — arithmetic
         on copies of the nodes' rows, no change to the snapshot; MIG pods use a what-if instead.
         """
-        ends = sorted(running, key=_by_est_end)
+        ends = running if isinstance(running, list) else sorted(running, key=_by_est_end)
         if pod.gpu.is_mig:
             return self._reservation_whatif(snap, job, pod, ends)
         need = job.spec.gang_size

@@ -16,9 +16,11 @@ says which names exist.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import compress, count, islice
+from operator import is_not
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from gpufleet.errors import RegistryError
@@ -97,6 +99,79 @@ class ScorePlugin(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class QueueDelta:
+    """How one cycle's queue differs from the previous cycle's of the same scheduler (by object
+    identity): ``arrived`` and ``left`` turn queue version ``since`` into ``version``."""
+
+    since: int
+    version: int
+    arrived: Sequence[Job]
+    left: Sequence[Job]
+
+
+T = TypeVar("T")
+
+
+def diff_queue(
+    prev_ids: set[int], prev: Mapping[int, T], jobs: Sequence[T]
+) -> tuple[set[int], list[T], list[T]] | None:
+    """(ids of ``jobs``, jobs that arrived, jobs that left) since ``prev`` (object id → job), found
+    with set operations in C; None when a job is in ``jobs`` twice. Arrivals are looked for from
+    the end of ``jobs`` (where worlds append them) and the scan stops once all are found."""
+    cur = set(map(id, jobs))
+    if len(cur) != len(jobs):
+        return None
+    new = cur - prev_ids
+    stayed = len(cur) - len(new)
+    left = [prev[i] for i in prev_ids - cur] if stayed < len(prev_ids) else []
+    arrived: list[T] = []
+    if new:
+        need = len(new)
+        for j in reversed(jobs):
+            if id(j) in new:
+                arrived.append(j)
+                need -= 1
+                if not need:
+                    break
+    return cur, arrived, left
+
+
+def aligned_diff(
+    prev: Sequence[T], prev_ids: set[int], cur: Sequence[T], max_left: int = 64
+) -> tuple[list[T], list[T]] | None:
+    """(arrived, left) when ``cur`` is ``prev`` less some elements, order kept, plus new ones at
+    the end — how worlds keep their queues (an insertion-ordered mapping) — found by identity
+    with C-level scans between departures; None when it is not so (more than ``max_left`` gone,
+    or an arrival that was already there: the caller then diffs by sets)."""
+    left: list[T] = []
+    i = j = 0
+    n_prev, n_cur = len(prev), len(cur)
+    while i < n_prev and j < n_cur:
+        m = next(compress(count(), map(is_not, islice(prev, i, None), islice(cur, j, None))), None)
+        if m is None:  # equal until one of them ends
+            k = min(n_prev - i, n_cur - j)
+            i += k
+            j += k
+            break
+        i += m
+        j += m
+        left.append(prev[i])  # gone (or moved: then it arrives again at the end)
+        i += 1
+        if len(left) > max_left:
+            return None
+    left.extend(prev[i:])
+    if len(left) > max_left:
+        return None
+    arrived = list(cur[j:])
+    if arrived:  # an arrival must be new, or one of those gone (moved to the end): not queued twice
+        gone = set(map(id, left))
+        ids = set(map(id, arrived))
+        if len(ids) != len(arrived) or any(x in prev_ids and x not in gone for x in ids):
+            return None
+    return arrived, left
+
+
 @dataclass(slots=True)
 class SortContext:
     """What ordering may look at: the time, team usage, cluster totals, team weights."""
@@ -107,6 +182,10 @@ class SortContext:
     cpu_total_milli: int = 0
     memory_total_mib: int = 0
     weights: Mapping[str, float] = field(default_factory=dict)
+    # job priorities may have changed since the last cycle (budget limits write ``Job.priority``):
+    # orderings that keep the queue indexed across cycles must rebuild
+    priorities_changed: bool = False
+    queue_delta: QueueDelta | None = None  # the queue's change since the scheduler's last cycle, if known
 
     def weight(self, team: str) -> float:
         return self.weights.get(team, 1.0)
@@ -119,6 +198,14 @@ class QueueSort(Protocol):
         """The pending jobs in the order the cycle should try them. Deterministic: ties end on
         submit time and job id."""
         ...
+
+
+class LazyQueueSort(QueueSort, Protocol):
+    """A queue sort that can also yield its order lazily (the same order as :meth:`order`), so a
+    cycle that stops early pays only for the jobs it looked at. It may keep the queue indexed
+    from one cycle to the next: call it with each cycle's whole queue."""
+
+    def iter_order(self, jobs: Sequence[Job], ctx: SortContext) -> Iterator[Job]: ...
 
 
 F = TypeVar("F")

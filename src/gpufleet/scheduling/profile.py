@@ -11,6 +11,7 @@ Example::
     aging: {interval_s: 3600, boost: 10}
     fair_share: {half_life_s: 604800}
     max_spot_restarts: 3
+    admission: [feasibility, quota, budget]   # admission checks, in order (registered names)
     autoscaler: {enabled: true, wait_threshold_s: 300, queue_threshold: 10, idle_ttl_s: 600}
     teams:
       vision: {weight: 2, quota: {"A100-80GB": 16, "*": 4}, cohort: research, borrowing_limit: 8}
@@ -26,9 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.config import load_model
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
-from gpufleet.model.quota import ANY_GPU, Quota
+from gpufleet.model.job import PRIORITY_CLASSES
+from gpufleet.model.quota import ANY_GPU, DEFAULT_PRIORITY_GRANT, Quota
 from gpufleet.scheduling import ordering as _ordering  # noqa: F401  (registers queue sorts)
 from gpufleet.scheduling import placement as _placement  # noqa: F401  (registers placement policies)
+from gpufleet.scheduling.admission import ADMISSION_CHECKS, DEFAULT_CHECKS, build_checks
 from gpufleet.scheduling.autoscaler import AutoscalerConfig
 from gpufleet.scheduling.cycle import CycleConfig, Scheduler
 from gpufleet.scheduling.framework import PLACEMENT, QUEUE_SORT, PolicyContext, ScorePlugin, WorkloadClass
@@ -74,6 +77,16 @@ class TeamModel(_Strict):
     quota: dict[str, float] | None = None  # GPU model (or "*") → GPUs
     cohort: str | None = None
     borrowing_limit: float | None = Field(None, ge=0)  # GPUs
+    # priority classes the team may use (None: the default grant, as a team created on the server)
+    priority_classes: list[str] | None = None
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _classes(cls, v: list[str] | None) -> list[str] | None:
+        for c in v or ():
+            if c not in PRIORITY_CLASSES:
+                raise ValueError(f"unknown priority class '{c}' (known: {', '.join(PRIORITY_CLASSES)})")
+        return v
 
     @field_validator("quota")
     @classmethod
@@ -98,6 +111,17 @@ class Profile(_Strict):
     max_spot_restarts: int = Field(3, ge=0)
     autoscaler: AutoscalerModel = Field(default_factory=AutoscalerModel)
     teams: dict[str, TeamModel] = Field(default_factory=dict)
+    admission: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECKS))
+
+    @field_validator("admission")
+    @classmethod
+    def _checks_known(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in ADMISSION_CHECKS:
+                raise ValueError(f"unknown admission check '{name}' (known: {', '.join(ADMISSION_CHECKS.names())})")
+        if len(set(v)) != len(v):
+            raise ValueError("an admission check is listed twice")
+        return v
 
     @field_validator("queue_sort")
     @classmethod
@@ -123,7 +147,12 @@ class Profile(_Strict):
                 for k, g in (t.quota or {}).items()
             }
             limit = None if t.borrowing_limit is None else round(t.borrowing_limit * MILLI)
-            out.append(Quota(team, nominal, t.cohort, limit, t.weight))
+            classes = (
+                DEFAULT_PRIORITY_GRANT
+                if t.priority_classes is None
+                else tuple(sorted(set(t.priority_classes), key=PRIORITY_CLASSES.__getitem__))
+            )
+            out.append(Quota(team, nominal, t.cohort, limit, t.weight, classes))
         return out
 
     def build(self, workload: Sequence[WorkloadClass] = (), seed: int = 0) -> Scheduler:
@@ -139,6 +168,7 @@ class Profile(_Strict):
             preemption=self.preemption,
             max_spot_restarts=self.max_spot_restarts,
             autoscaler=AutoscalerConfig(**self.autoscaler.model_dump()),
+            admission=tuple(self.admission),
         )
         return Scheduler(
             QUEUE_SORT.get(self.queue_sort)(ctx),
@@ -147,6 +177,7 @@ class Profile(_Strict):
             quota_policy,
             UsageTracker(self.fair_share.half_life_s),
             weights,
+            build_checks(self.admission, ctx),
         )
 
 

@@ -47,6 +47,7 @@ class PodRequest:
     type_ok: BoolArray  # per snapshot GPU-type index: may this pod use that type?
     min_gpu_memory_gib: float = 0.0
     allow_spot: bool = False
+    spot_only: bool = False  # narrowed to spot nodes (a budget throttle); implies allow_spot
 
     @property
     def gpu_count(self) -> int:
@@ -236,13 +237,15 @@ class ClusterSnapshot:
     def _static_mask(self, pod: PodRequest) -> BoolArray:
         g = pod.gpu
         kind = 0 if g.count == 0 else 1 if g.is_mig else 2 if g.is_fractional else 3
-        key = (pod.type_ok.tobytes() if g.count else b"", pod.allow_spot, pod.min_gpu_memory_gib, kind)
+        key = (pod.type_ok.tobytes() if g.count else b"", pod.allow_spot, pod.spot_only, pod.min_gpu_memory_gib, kind)
         hit = self._static.get(key)
         if hit is not None and hit[0] == self._version:
             return hit[1]
         n = self.n
         ok = np.ones(n, dtype=np.bool_)
-        if not pod.allow_spot:
+        if pod.spot_only:
+            ok &= self.capacity_type[:n] == CAPACITY_CODE[CapacityType.SPOT]
+        elif not pod.allow_spot:
             ok &= self.capacity_type[:n] != CAPACITY_CODE[CapacityType.SPOT]
         if kind:
             gt = self.gpu_type[:n]
@@ -279,7 +282,10 @@ class ClusterSnapshot:
         """Scalar Filter: does ``pod`` fit on node ``i`` now? (Same rules as :meth:`feasible`.)"""
         if not self.schedulable[i] or self.cpu_free[i] < pod.cpu_milli or self.mem_free[i] < pod.memory_mib:
             return False
-        if not pod.allow_spot and self.capacity_type[i] == CAPACITY_CODE[CapacityType.SPOT]:
+        if pod.spot_only:
+            if self.capacity_type[i] != CAPACITY_CODE[CapacityType.SPOT]:
+                return False
+        elif not pod.allow_spot and self.capacity_type[i] == CAPACITY_CODE[CapacityType.SPOT]:
             return False
         g = pod.gpu
         if g.count == 0:

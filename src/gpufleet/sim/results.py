@@ -15,10 +15,10 @@ change and approximate when it samples on a timer.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -186,22 +186,22 @@ class SimResult:
             out[r.team] = out.get(r.team, 0.0) + r.cost_usd
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
-    def to_csv(self, directory: str | Path) -> tuple[Path, Path]:
-        """Write ``jobs.csv`` and ``timeseries.csv`` (creating ``directory``); empty cell = None."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        jobs_path, ts_path = out / "jobs.csv", out / "timeseries.csv"
-        for path, cls, rows in (
-            (jobs_path, JobRecord, self.records),
-            (ts_path, Sample, self.samples),
+    def csv_tables(self) -> dict[str, str]:
+        """``jobs.csv`` and ``timeseries.csv`` as text (file name → CSV); empty cell = None.
+        :func:`gpufleet.io.results.write_csv` writes them."""
+        out: dict[str, str] = {}
+        for name, cls, rows in (
+            ("jobs.csv", JobRecord, self.records),
+            ("timeseries.csv", Sample, self.samples),
         ):
             names = [f.name for f in fields(cls)]
-            with open(path, "w", newline="", encoding="utf-8") as fh:
-                writer = csv.writer(fh)
-                writer.writerow(names)
-                for row in rows:
-                    writer.writerow(["" if (v := getattr(row, k)) is None else v for k in names])
-        return jobs_path, ts_path
+            buf = io.StringIO(newline="")
+            writer = csv.writer(buf)
+            writer.writerow(names)
+            for row in rows:
+                writer.writerow(["" if (v := getattr(row, k)) is None else v for k in names])
+            out[name] = buf.getvalue()
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -214,14 +214,9 @@ class SimResult:
             "samples": [{k: _clean(v) for k, v in asdict(s).items()} for s in self.samples],
         }
 
-    def to_json(self, path: str | Path) -> Path:
-        """Write the whole result (summary included) as one JSON document."""
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=1, allow_nan=False, default=str)
-            fh.write("\n")
-        return out
+    def to_json_text(self) -> str:
+        """The whole result (summary included) as one JSON document (:func:`gpufleet.io.results.write_json`)."""
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False, default=str) + "\n"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SimResult:
@@ -236,14 +231,10 @@ class SimResult:
         )
 
     @classmethod
-    def from_json(cls, path: str | Path) -> SimResult:
-        """Read what :meth:`to_json` wrote; a malformed file raises :class:`InputError`."""
-        source = str(path)
+    def from_json_text(cls, text: str, *, source: str = "<json>") -> SimResult:
+        """Read what :meth:`to_json_text` wrote; a malformed document raises :class:`InputError`."""
         try:
-            with open(path, encoding="utf-8") as fh:
-                return cls.from_dict(json.load(fh))
-        except OSError as exc:
-            raise InputError(f"cannot read result: {exc.strerror or exc}", source=source) from None
+            return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as exc:
             raise InputError(f"not JSON: {exc.msg}", source=source, line=exc.lineno) from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -1,19 +1,17 @@
-"""Build and run a simulation from names and files (what ``gpufleet simulate`` calls).
+"""Build and run a simulation (what ``gpufleet simulate`` calls).
 
-Trace references: ``openb`` / ``openb:<variant>`` (bundled, e.g. ``openb:gpushare40``), ``philly:<path>``
-or a Philly-format CSV path, ``synthetic`` / ``synthetic:<seed>``, or a gpufleet ``.jsonl`` path.
-The cluster comes from ``--cluster`` YAML, else from the trace (openb and JSONL carry nodes), else
-a default sized for the trace.
+Traces are read by :func:`gpufleet.io.traces.load_trace` (``openb[:variant]``, ``philly:<path>``,
+``synthetic[:seed]``, a ``.jsonl``/``.csv`` path); this module does no I/O. The cluster comes from
+``--cluster`` YAML, else from the trace (openb and JSONL carry nodes), else a default sized for the
+trace.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 from gpufleet.cost.catalog import PriceCatalog
-from gpufleet.errors import InputError
 from gpufleet.model.node import CapacityType, Node, NodePool
 from gpufleet.scheduling.framework import WorkloadClass
 from gpufleet.scheduling.profile import Profile
@@ -21,67 +19,6 @@ from gpufleet.sim.clusterspec import ClusterSpec, NodeGroup, PoolSpec
 from gpufleet.sim.engine import SimOptions, Simulation
 from gpufleet.sim.results import SimResult
 from gpufleet.sim.traces.base import Trace
-from gpufleet.sim.traces.jsonl import load_jsonl
-from gpufleet.sim.traces.openb import load_openb_trace
-from gpufleet.sim.traces.philly import PhillyOptions, load_philly
-from gpufleet.sim.traces.synthetic import SyntheticOptions, generate_synthetic
-
-
-@dataclass(frozen=True, slots=True)
-class TraceOptions:
-    limit: int | None = None  # keep the first N jobs
-    preemptible_fraction: float = 0.0  # philly: share of jobs marked preemptible (they checkpoint)
-    seed: int = 0
-
-
-def load_trace(ref: str, opts: TraceOptions | None = None) -> Trace:
-    opts = opts or TraceOptions()
-    kind, _, arg = ref.partition(":")
-    if kind == "openb":
-        trace = load_openb_trace(arg or "default")
-    elif kind == "synthetic":
-        try:
-            seed = int(arg) if arg else opts.seed
-        except ValueError:
-            raise InputError(f"synthetic[:SEED] takes an integer seed, got {arg!r}", field="trace") from None
-        trace = generate_synthetic(SyntheticOptions(num_jobs=opts.limit or 1000, seed=seed))
-    elif kind == "philly":
-        trace = load_philly(
-            arg, PhillyOptions(preemptible_fraction=opts.preemptible_fraction, seed=opts.seed, max_jobs=opts.limit)
-        )
-    else:
-        path = Path(ref)
-        if path.suffix == ".jsonl":
-            trace = load_jsonl(path)
-        elif path.suffix == ".csv":
-            head = _first_line(path)
-            if head.startswith("timestamp,duration,num_gpus"):
-                trace = load_philly(
-                    path,
-                    PhillyOptions(preemptible_fraction=opts.preemptible_fraction, seed=opts.seed, max_jobs=opts.limit),
-                )
-            elif head.startswith("name,cpu_milli"):
-                trace = load_openb_trace(str(path))
-            else:
-                raise InputError("unrecognised CSV header (expected a Philly or openb trace)", source=str(path), line=1)
-        else:
-            raise InputError(
-                f"unknown trace '{ref}' (use openb[:variant], philly:PATH, synthetic[:seed], or a .jsonl/.csv file)",
-                field="trace",
-            )
-    if opts.limit is not None and len(trace.jobs) > opts.limit:
-        trace.jobs = trace.jobs[: opts.limit]
-    return trace
-
-
-def _first_line(path: Path) -> str:
-    try:
-        with path.open(encoding="utf-8") as f:
-            return f.readline().strip()
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", source=str(path)) from None
-    except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
 
 
 def default_cluster(trace: Trace) -> ClusterSpec:

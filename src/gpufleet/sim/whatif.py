@@ -29,8 +29,11 @@ the cheapest eligible price — the cheapest model among the variant's node mode
 use and whose memory fits, on spot when the variant has spot and the job is preemptible, else
 on-demand. No queueing, no idle, no lost work: no schedule can cost less.
 
-:func:`trace_from_history` turns recorded jobs (from the store: :func:`history_from_store`) into a
-trace, so "what if" can replay the cluster's own history.
+:func:`trace_from_history` turns recorded jobs (:class:`HistoryJob`, loaded from the store by
+:func:`gpufleet.control.whatif.history_from_store`) into a trace, so "what if" can replay the
+cluster's own history. This module does no I/O: it receives the trace, nodes and price catalog
+(without a catalog it takes the bundled one through :meth:`PriceCatalog.load`, the compatibility
+shim over :mod:`gpufleet.io.catalog`).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -53,9 +56,6 @@ from gpufleet.sim.engine import SimOptions, Simulation
 from gpufleet.sim.results import SimResult
 from gpufleet.sim.runner import workload_of
 from gpufleet.sim.traces.base import Trace, TraceJob
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
 
 DEFAULT_SHAPE = ("V100-16GB", 8, 64_000, 512 * 1024)  # the default cluster's node (runner.default_cluster)
 SIMPLE_CHANGES = ("autoscaling", "spot", "sharing")
@@ -525,48 +525,3 @@ def trace_from_history(jobs: Sequence[HistoryJob], name: str = "history") -> Tra
         )
         out.append(TraceJob(j.submitted_at - t0, spec))
     return Trace(name, out, source=name)
-
-
-def history_from_store(
-    session: Session, start: float, end: float, checkpoint_interval_s: float = 1800.0
-) -> list[HistoryJob]:
-    """Jobs submitted in ``[start, end)`` that ran, with their summed run time (store glue). A job with a
-    checkpoint directory is taken to checkpoint every ``checkpoint_interval_s``."""
-    from sqlalchemy import select
-
-    from gpufleet.store.models import JobRow, RunRow
-
-    rows = list(session.scalars(select(JobRow).where(JobRow.submitted_at >= start, JobRow.submitted_at < end)))
-    if not rows:
-        return []
-    run_time: dict[str, float] = {}
-    pods: dict[str, int] = {}
-    for r in session.scalars(select(RunRow).where(RunRow.job_id.in_([j.id for j in rows]))):
-        if r.started_at is not None and r.ended_at is not None:
-            run_time[r.job_id] = run_time.get(r.job_id, 0.0) + max(0.0, r.ended_at - r.started_at)
-            pods[r.job_id] = max(pods.get(r.job_id, 1), len(r.placement or []) or 1)
-    out = []
-    for j in rows:
-        if j.id not in run_time:
-            continue
-        out.append(
-            HistoryJob(
-                j.id,
-                j.submitted_at,
-                run_time[j.id],
-                j.team,
-                j.project,
-                j.priority_class,
-                j.gpus,
-                j.gpu_milli,
-                j.mig_profile,
-                tuple(str(g) for g in (j.gpu_types or [])),
-                j.cpu_milli,
-                j.memory_mib,
-                pods.get(j.id, 1),
-                j.preemptible,
-                checkpoint_interval_s if j.checkpoint_dir else None,
-                {str(k): str(v) for k, v in (j.labels or {}).items()},
-            )
-        )
-    return out

@@ -1,4 +1,6 @@
-"""Budgets in the store: CRUD, exactly-once alerts, the notification outbox, and a scope's spend.
+"""Budgets in the store (persistence only): CRUD, exactly-once alerts, the notification outbox, and
+the rows budget evaluation reads. What a scope spent, what a job is expected to cost and whether a
+budget covers a job are decided in :mod:`gpufleet.control.budgets` (with :mod:`gpufleet.cost`).
 
 Like :mod:`gpufleet.store.repo`, every function takes the session and never commits: the caller
 decides what is atomic.
@@ -20,36 +22,26 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any, Final, cast
 
 from sqlalchemy import CursorResult, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpufleet.cost.anomaly import Anomaly, AnomalyConfig, KeyFilter, scan_ledger
-from gpufleet.cost.budgets import (
+from gpufleet.cost.anomaly import Anomaly
+from gpufleet.cost.budget_model import OWNED_SCOPE_KINDS, Budget, Scope, make_budget
+from gpufleet.cost.budget_status import (
     ANOMALY_PAYLOAD_KIND,
     ANOMALY_THRESHOLD,
-    DAY_S,
     LIMIT_PERCENT,
-    OWNED_SCOPE_KINDS,
-    Budget,
-    Period,
-    Scope,
     alert_message,
     anomaly_dedup_key,
     dedup_key,
-    estimate_job_cost,
-    iso,
-    make_budget,
-    zone,
 )
-from gpufleet.cost.ledger import allocate
+from gpufleet.cost.periods import Period, iso
 from gpufleet.errors import ConflictError, NotFoundError
 from gpufleet.store import repo
-from gpufleet.store.models import BudgetAlertRow, BudgetRow, JobRow, NodeRow, NotificationRow, RunRow
+from gpufleet.store.models import BudgetAlertRow, BudgetRow, JobRow, NotificationRow, RunRow
 
 # Jobs whose cost is still to come: queued (not yet metered at all) or holding resources (metered
 # so far by the ledger, the rest estimated).
@@ -57,9 +49,6 @@ UNFINISHED_STATES: Final = ("PENDING", "ADMITTED", "RUNNING", "PREEMPTED")
 _ID_ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz234567"
 ANOMALY_KIND: Final = "anomaly"  # BudgetAlertRow.kind of an anomaly alert
 ANOMALY_SEVERITY: Final = "warning"
-# Days of history an anomaly check loads: enough for the 21 days before a day is judged and three
-# earlier same weekdays for its day-of-week factor, without loading months of ledger once a day.
-ANOMALY_HISTORY_DAYS: Final = 35
 
 
 def _new_id() -> str:
@@ -438,157 +427,32 @@ def notifications_of(s: Session, alert_ids: Iterable[int]) -> list[NotificationR
     return list(s.scalars(q))
 
 
-# -- spend ------------------------------------------------------------------------------------------------
+# -- what budgets read ------------------------------------------------------------------------------------
 
 
-def scope_spend(s: Session, scope: Scope, start: float, end: float, now: float) -> float:
-    """What jobs in ``scope`` cost in ``[start, min(end, now))``: the ledger (stored segments and
-    running jobs metered to ``now``), attributed by :func:`~gpufleet.cost.ledger.allocate`. Idle
-    capacity is not charged to a budget: a budget limits what its jobs hold. An owned scope counts
-    its owning team's jobs only."""
-    cut = min(end, now)
-    if cut <= start:
-        return 0.0
-    ledger = repo.load_ledger(s, start, cut, now)
-    alloc = allocate(ledger, start, cut, scope.aggregates, as_of=cut)
-    return float(sum(r.total_cost_usd for r in alloc.rows if scope.matches(r.key)))
-
-
-def scope_anomaly(
-    s: Session, budget: Budget, day: Period, now: float, *, history_days: int = ANOMALY_HISTORY_DAYS
-) -> Anomaly | None:
-    """The cost anomaly of ``budget``'s scope on ``day`` (a complete local day), if it had one.
-
-    The scope's attributed spend is filtered exactly as :func:`scope_spend` does it (its ledger
-    aggregate and key; idle capacity not charged), day by day over the ``history_days`` ending with
-    ``day`` — whatever the budget's period, since a baseline needs the days before a period starts
-    too — and judged by :func:`~gpufleet.cost.anomaly.scan_ledger` with the budget's threshold and
-    dollar floor. Earlier days are 24-hour steps back from ``day``'s local midnight (an hour off
-    across a daylight-saving change, which the 7-day mean barely feels); ``day`` itself ends at its
-    real end."""
-    first = day.start - DAY_S * (history_days - 1)
-    ledger = repo.load_ledger(s, first, day.start + DAY_S, now)
-    cfg = AnomalyConfig(threshold=budget.anomaly_threshold_pct / 100.0, min_increase_usd=budget.anomaly_floor_usd)
-    local_day = datetime.fromtimestamp(day.start, zone(budget.timezone)).date()
-    found = scan_ledger(
-        ledger,
-        first_day_start=first,
-        days=history_days,
-        config=cfg,
-        as_of=min(now, day.end),
-        where=KeyFilter(budget.scope.aggregate, budget.scope.matches_key, budget.scope.owner or None),
-        first_day=local_day - timedelta(days=history_days - 1),
-    )
-    return next((a for a in found if a.day_index == history_days - 1), None)
-
-
-def job_spend(s: Session, job: JobRow, now: float) -> float:
-    """What one job has cost so far, over all its runs."""
-    start = job.started_at if job.started_at is not None else job.submitted_at
-    if now <= start:
-        return 0.0
-    ledger = repo.load_ledger(s, start, now, now)
-    alloc = allocate(ledger, start, now, ("job_id",), as_of=now)
-    return float(sum(r.total_cost_usd for r in alloc.rows if r.key[0] == job.id))
-
-
-def usd_per_gpu_hour(s: Session, gpu_types: Sequence[str] = ()) -> float:
-    """The price of a GPU-hour used for cost estimates: the dearest whole-node price per GPU among
-    the ready nodes the job may use (any node when none matches). Erring high keeps a block
-    conservative. 0 when no GPU node is known (then only metered spend counts)."""
-    nodes = [n for n in s.scalars(select(NodeRow).where(NodeRow.state != "removed")) if n.gpu_count > 0]
-    fit = [n for n in nodes if not gpu_types or n.gpu_model in gpu_types] or nodes
-    return max((n.hourly_price_usd / n.gpu_count for n in fit), default=0.0)
-
-
-def job_row_gpus(row: JobRow) -> float:
-    """GPU-equivalents a stored job holds (count x milli / 1000)."""
-    return row.gpus * row.gpu_milli / 1000.0
-
-
-def _covers(scope: Scope, row: JobRow) -> bool:
-    return scope.covers(
-        team=row.team, project=row.project, namespace=row.namespace, experiment=row.experiment, labels=row.labels
-    )
-
-
-def _scope_filter(scope: Scope) -> list[Any]:
+def unfinished_jobs(s: Session, scope: Scope) -> list[JobRow]:
+    """Jobs whose cost is still to come (:data:`UNFINISHED_STATES`), narrowed by SQL to what could be
+    in ``scope`` (the caller decides coverage with :meth:`Scope.covers`)."""
     col = {"team": JobRow.team, "project": JobRow.project, "namespace": JobRow.namespace}.get(scope.kind)
     if scope.kind == "experiment":
         col = JobRow.experiment
     where = [] if col is None else [col == scope.value]
     if scope.owner:
         where.append(JobRow.team == scope.owner)
-    return where
+    return list(s.scalars(select(JobRow).where(JobRow.state.in_(UNFINISHED_STATES), *where)))
 
 
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """A scope's committed spend in a period: metered plus the estimated rest of unfinished jobs."""
-
-    spent_usd: float
-    estimated_usd: float
-    jobs: int  # unfinished jobs counted
-
-    @property
-    def total_usd(self) -> float:
-        return self.spent_usd + self.estimated_usd
+def current_run_starts(s: Session, job_ids: Sequence[str]) -> dict[str, float]:
+    """When the current (open) run of each of ``job_ids`` started, for those that have one."""
+    if not job_ids:
+        return {}
+    q = select(RunRow.job_id, RunRow.started_at).where(RunRow.job_id.in_(list(job_ids)), RunRow.ended_at.is_(None))
+    return {job_id: t for job_id, t in s.execute(q) if t is not None}
 
 
-def committed_spend(s: Session, scope: Scope, period: Period, now: float) -> Committed:
-    """What ``scope`` has spent in ``period`` plus what its unfinished jobs are expected to cost:
-    queued and preempted jobs their whole estimate, admitted and running ones the estimate less
-    the time their current run has been going. A job just inserted by a concurrent submit that
-    committed first counts here at once (it is PENDING), which is what keeps ``block`` from being
-    raced past its limit. Runtime: the job's estimate, else its max runtime, else one hour."""
-    spent = scope_spend(s, scope, period.start, period.end, now)
-    price_cache: dict[tuple[str, ...], float] = {}
-    q = select(JobRow).where(JobRow.state.in_(UNFINISHED_STATES), *_scope_filter(scope))
-    rows = [r for r in s.scalars(q) if _covers(scope, r)]
-    started: dict[str, float] = {}
-    active = [r.id for r in rows if r.state in ("ADMITTED", "RUNNING")]
-    if active:
-        q_runs = select(RunRow.job_id, RunRow.started_at).where(RunRow.job_id.in_(active), RunRow.ended_at.is_(None))
-        for job_id, t in s.execute(q_runs):
-            if t is not None:
-                started[job_id] = t
-    estimated = 0.0
-    for r in rows:
-        types = tuple(sorted(r.gpu_types or ()))
-        if types not in price_cache:
-            price_cache[types] = usd_per_gpu_hour(s, types)
-        t0 = started.get(r.id)
-        est = estimate_job_cost(
-            job_row_gpus(r),
-            price_cache[types],
-            estimated_runtime_s=r.estimated_runtime_s,
-            max_runtime_s=r.max_runtime_s,
-            elapsed_s=0.0 if t0 is None else now - t0,
-        )
-        estimated += est.cost_usd
-    return Committed(spent, estimated, len(rows))
-
-
-def budgets_covering(
-    s: Session,
-    *,
-    team: str,
-    project: str,
-    namespace: str,
-    experiment: str,
-    labels: Mapping[str, Any],
-    actions: Sequence[str] | None = None,
-) -> list[BudgetRow]:
-    """Enabled budgets whose scope covers a job with these attributes (of ``team``: another
-    team's project or label budget never covers it)."""
-    out = []
-    for row in list_budgets(s, enabled_only=True):
-        if actions is not None and row.action not in actions:
-            continue
-        scope = scope_of(row)
-        if scope.covers(team=team, project=project, namespace=namespace, experiment=experiment, labels=labels):
-            out.append(row)
-    return out
+def running_jobs_with_budget(s: Session) -> list[JobRow]:
+    """Running jobs that have their own ``budget_usd``."""
+    return list(s.scalars(select(JobRow).where(JobRow.state == "RUNNING", JobRow.budget_usd.is_not(None))))
 
 
 def key_used(s: Session, submitted_by: str | None, key: str | None) -> bool:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
 from typing import Any
 
-from gpufleet.cost.ledger import SHARE_UNITS, gpu_share
 from gpufleet.errors import InputError
+from gpufleet.loop.metering import share_units
 from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MILLI, gpu_model
 from gpufleet.model.job import GpuRequest, Job, JobSpec, JobState, PodPlacement
 from gpufleet.model.node import CapacityType, Node, SharingMode
@@ -47,21 +46,9 @@ def gpu_request_from_row(row: JobRow) -> GpuRequest:
 
 
 def pod_share_units(row: JobRow, gpu_model_name: str) -> int:
-    """GPU share (1/7000 GPU) one pod of the job holds on a node of ``gpu_model_name``: whole GPUs
-    ``gpus * 7000``, a fraction ``milli * 7``, a MIG slice its compute slices / 7 of the node's
-    model (falling back to the profile name when the node's model does not list it)."""
-    req = gpu_request_from_row(row)
-    if req.count == 0:
-        return 0
-    if req.mig_profile is not None:
-        if gpu_model(gpu_model_name).mig_profile(req.mig_profile) is None:
-            m = _MIG_SLICES.match(req.mig_profile)
-            k = int(m.group(1)) if m else MIG_COMPUTE_SLICES
-            return k * MILLI
-        share = gpu_share(req, gpu_model_name)
-    else:
-        share = Fraction(req.count * req.milli, MILLI)
-    return int(share * SHARE_UNITS)
+    """GPU share (1/7000 GPU) one pod of the job holds on a node of ``gpu_model_name`` (the loop's
+    metering rule, :func:`gpufleet.loop.metering.share_units`)."""
+    return share_units(gpu_request_from_row(row), gpu_model_name)
 
 
 def job_spec_from_row(row: JobRow) -> JobSpec:
@@ -79,6 +66,7 @@ def job_spec_from_row(row: JobRow) -> JobSpec:
         cpu_milli=row.cpu_milli,
         memory_mib=row.memory_mib,
         preemptible=row.preemptible,
+        checkpoint_interval_s=row.checkpoint_interval_s,
         max_runtime_s=row.max_runtime_s,
         estimated_runtime_s=row.estimated_runtime_s,
     )

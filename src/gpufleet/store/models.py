@@ -108,6 +108,7 @@ class JobRow(Base):
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     preemptible: Mapped[bool] = mapped_column(Boolean, default=False)
     checkpoint_dir: Mapped[str | None] = mapped_column(Text, default=None)
+    checkpoint_interval_s: Mapped[float | None] = mapped_column(Float, default=None)
     max_runtime_s: Mapped[float | None] = mapped_column(Float, default=None)
     estimated_runtime_s: Mapped[float | None] = mapped_column(Float, default=None)
     submitted_by: Mapped[str | None] = mapped_column(String(32), default=None)  # token id

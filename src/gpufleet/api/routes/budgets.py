@@ -17,18 +17,12 @@ from sqlalchemy.orm import Session
 from gpufleet.api.auth import Principal, require_admin
 from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, SCOPED, Caller, Ctx
 from gpufleet.api.problems import input_at
-from gpufleet.control.budgets import check_project
+from gpufleet.control.budgets import budgets_covering, check_project, committed_spend, gpu_hour_price, scope_spend
 from gpufleet.control.submit import prepare_submit
-from gpufleet.cost.budgets import (
-    OWNED_SCOPE_KINDS,
-    Budget,
-    Scope,
-    budget_status,
-    check_block,
-    enforcing,
-    estimate_job_cost,
-    make_budget,
-)
+from gpufleet.cost.budget_model import OWNED_SCOPE_KINDS, Budget, Scope, make_budget
+from gpufleet.cost.budget_status import budget_status, check_block, enforcing
+from gpufleet.cost.job_estimate import estimate_job_cost
+from gpufleet.cost.rules import PricingRules
 from gpufleet.errors import InputError, NotFoundError
 from gpufleet.notify.channels import masked, public_channel, validate_channels
 from gpufleet.store import budgets_repo
@@ -157,12 +151,12 @@ def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
     now = ctx.clock.now()
     with ctx.database.session(readonly=True) as s:
         check_project(s, f["project"], prepared.team)
-        price = budgets_repo.usd_per_gpu_hour(s, tuple(f["gpu_types"]))
+        price = gpu_hour_price(s, tuple(f["gpu_types"]))
         gpus = f["gpus"] * f["gpu_milli"] / 1000.0
         est = estimate_job_cost(
             gpus, price, estimated_runtime_s=f["estimated_runtime_s"], max_runtime_s=f["max_runtime_s"]
         )
-        rows = budgets_repo.budgets_covering(
+        rows = budgets_covering(
             s,
             team=prepared.team,
             project=f["project"],
@@ -177,7 +171,7 @@ def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
             if not (who.is_admin or b.scope.kind == "all" or b.team == who.team):
                 continue  # another team's (or an unowned, admins-only) budget: not the caller's to see
             period = b.period_at(now)
-            committed = budgets_repo.committed_spend(s, b.scope, period, now).total_usd
+            committed = committed_spend(s, b.scope, period, now, rules=ctx.pricing_rules).total_usd
             v = check_block(b, committed, est.cost_usd)
             blocked |= b.action == "block" and not v.fits
             lines.append(
@@ -228,13 +222,15 @@ def delete_budget(ref: str, ctx: Ctx, who: Caller) -> Response:
     return Response(status_code=204)
 
 
-def _status(s: Session, row: BudgetRow, now: float) -> BudgetStatusOut:
-    """Read-only: alerts are fired by the controller's evaluation, not by looking."""
+def _status(s: Session, row: BudgetRow, now: float, rules: PricingRules | None) -> BudgetStatusOut:
+    """Read-only: alerts are fired by the controller's evaluation, not by looking. Spend is priced
+    with ``rules``, the server's pricing rules (as ``/v1/usage`` prices it)."""
     b = budgets_repo.budget_of(row)
     period = b.period_at(now)
-    status = budget_status(b, period, budgets_repo.scope_spend(s, b.scope, period.start, period.end, now), now)
+    spend = scope_spend(s, b.scope, period.start, period.end, now, rules=rules)
+    status = budget_status(b, period, spend, now)
     in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now)
-    committed = budgets_repo.committed_spend(s, b.scope, period, now)
+    committed = committed_spend(s, b.scope, period, now, rules=rules)
     alerts = budgets_repo.alerts_of(s, b.id, period.start, period.end)
     sent: dict[int, Counter[str]] = {}
     for n in budgets_repo.notifications_of(s, (a.id for a in alerts)):
@@ -275,4 +271,4 @@ def budget_status_route(ref: str, ctx: Ctx, who: Caller) -> BudgetStatusOut:
     """Spend in the current period, percent used, projected period-end spend, days left, the
     committed spend that ``block`` checks against, and the alerts fired in the period."""
     with ctx.database.session(readonly=True) as s:
-        return _status(s, _visible_budget(s, who, ref), ctx.clock.now())
+        return _status(s, _visible_budget(s, who, ref), ctx.clock.now(), ctx.pricing_rules)

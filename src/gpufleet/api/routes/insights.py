@@ -1,7 +1,9 @@
 """Cost insights: job progress and forecasts, spend forecasts, anomalies, recommendations and ROI.
 
 Every figure is computed on request from the ledger, telemetry, progress and the price catalog
-(:mod:`gpufleet.cost.forecast`, ``anomaly``, ``recommend``, ``roi``). Days are UTC days. A token other
+(:mod:`gpufleet.cost.forecast`, ``anomaly``, ``recommend``, ``roi``); money comes from
+:mod:`gpufleet.cost.spend` with the server's pricing rules (``ApiContext.pricing_rules``), the same
+as ``/v1/usage``. Days are UTC days. A token other
 than admin sees its own team's scope only (its spend, its jobs' anomalies and recommendations);
 the ROI report is the cluster's, like the usage totals.
 """
@@ -13,7 +15,6 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
-from sqlalchemy import select
 
 from gpufleet.api.auth import require_writer
 from gpufleet.api.deps import AUTHED, READ_ONE, WRITE_ONE, Caller, Ctx
@@ -25,18 +26,17 @@ from gpufleet.cost.anomaly import AnomalyConfig, scan_ledger
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.forecast import (
     JobForecast,
-    ProgressReport,
     daily_totals,
     forecast_job,
     forecast_period,
     job_cost_rate,
 )
-from gpufleet.cost.recommend import RecommendConfig, inputs_from_store, recommend
+from gpufleet.cost.recommend import RecommendConfig, recommend
 from gpufleet.cost.roi import roi_report
 from gpufleet.cost.rules import apply_rules
 from gpufleet.errors import ConflictError
-from gpufleet.store import repo
-from gpufleet.store.models import JobProgressRow
+from gpufleet.io.catalog import load_catalog
+from gpufleet.store import repo, usage_repo
 from gpufleet.wire import (
     AnomalyCauseOut,
     AnomalyOut,
@@ -55,7 +55,7 @@ HISTORY_DAYS = 56  # eight weeks: enough for the weekday offsets of the spend fo
 
 @functools.lru_cache(maxsize=1)
 def _catalog() -> PriceCatalog:
-    return PriceCatalog.load()
+    return load_catalog()
 
 
 def _day_start(t: float) -> float:
@@ -84,17 +84,12 @@ def _forecast_out(f: JobForecast) -> JobForecastOut:
 def _job_forecast(ctx: Ctx, job_id: str, who: Caller, now: float) -> JobForecastOut:
     with ctx.database.session(readonly=True) as s:
         job = _visible_job(s, who, job_id)
-        reports = [
-            ProgressReport(p.time, p.step, p.total_steps, {k: float(v) for k, v in (p.metrics or {}).items()})
-            for p in s.scalars(
-                select(JobProgressRow).where(JobProgressRow.job_id == job_id).order_by(JobProgressRow.time)
-            )
-        ]
+        reports = usage_repo.job_progress(s, job_id)
         started = job.started_at
         since = min(job.submitted_at, started if started is not None else job.submitted_at)
         ledger = repo.load_ledger(s, since, now, now) if now > since else None
         estimate, max_rt = job.estimated_runtime_s, job.max_runtime_s
-    spent, held = job_cost_rate(ledger, job_id, now) if ledger is not None else (0.0, 0.0)
+    spent, held = job_cost_rate(ledger, job_id, now, rules=ctx.pricing_rules) if ledger is not None else (0.0, 0.0)
     rate = spent / (held / 3600.0) if held > 0 else 0.0
     return _forecast_out(
         forecast_job(
@@ -124,9 +119,7 @@ def report_progress(ctx: Ctx, who: Caller, job_id: str, body: ProgressIn) -> Job
         job = _visible_job(s, who, job_id)
         if job.state not in ("RUNNING", "ADMITTED"):
             raise ConflictError(f"job {job_id} is {job.state}; progress is reported while it runs")
-        s.add(
-            JobProgressRow(job_id=job_id, time=now, step=body.step, total_steps=body.total_steps, metrics=body.metrics)
-        )
+        usage_repo.add_progress(s, job_id, now, step=body.step, total_steps=body.total_steps, metrics=body.metrics)
     return _job_forecast(ctx, job_id, who, now)
 
 
@@ -167,7 +160,9 @@ def spend_forecast(
     days = (today - h_start).days
     with ctx.database.session(readonly=True) as s:
         ledger = repo.load_ledger(s, first, today_start, now)
-    keys, matrix, totals = daily_totals(ledger, first, days, aggregate=("team",), as_of=today_start)
+    keys, matrix, totals = daily_totals(
+        ledger, first, days, aggregate=("team",), as_of=today_start, rules=ctx.pricing_rules
+    )
     series = totals if team is None else (matrix[:, keys.index((team,))] if (team,) in keys else totals * 0)
     with input_at("query"):
         f = forecast_period(series, h_start, p_start, p_end, level=level)
@@ -208,7 +203,9 @@ def anomalies(
     first = end - DAY_S * span
     with ctx.database.session(readonly=True) as s:
         ledger = repo.load_ledger(s, first, end, now)
-    found = scan_ledger(ledger, first_day_start=first, days=span, config=cfg, as_of=end, team=team)
+    found = scan_ledger(
+        ledger, first_day_start=first, days=span, config=cfg, as_of=end, team=team, rules=ctx.pricing_rules
+    )
     judged_from = span - days
     scope = "all" if team is None else f"team:{team}"
     return [
@@ -253,7 +250,7 @@ def recommendations(
     with input_at("query"):
         win = parse_window(window, now)
     with ctx.database.session(readonly=True) as s:
-        inputs = inputs_from_store(s, win.start, win.end)
+        inputs = usage_repo.recommend_inputs(s, win.start, win.end, rules=ctx.pricing_rules)
     with input_at("query"):
         recs = recommend(inputs, _catalog(), RecommendConfig(reserved_discount=reserved_discount))
     return [RecommendationOut(**r.to_dict()) for r in recs if who.is_admin or r.team == who.team]

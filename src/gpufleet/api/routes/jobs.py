@@ -17,11 +17,10 @@ from gpufleet.api.context import ApiContext
 from gpufleet.api.deps import AUTHED, READ_ONE, WRITE_ONE, Caller, Ctx, Metrics
 from gpufleet.api.problems import input_at, problem_response
 from gpufleet.api.render import event_out, job_out
-from gpufleet.control.budgets import check_submission  # budgets: the block check
-from gpufleet.control.owners import submit_owner
+from gpufleet.control import jobs as jobs_service  # owners, budgets, insert; cancel
 from gpufleet.control.submit import prepare_submit
-from gpufleet.cost.budgets import BudgetExceededError
-from gpufleet.errors import ConflictError, InputError, NotFoundError
+from gpufleet.cost.budget_status import BudgetExceededError
+from gpufleet.errors import InputError, NotFoundError
 from gpufleet.model.job import JobState
 from gpufleet.store import repo
 from gpufleet.store.models import JobRow
@@ -31,7 +30,6 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 _CHUNK = 64 * 1024
 _TERMINAL = frozenset(s.value for s in JobState if s.terminal)
-_WAITING = frozenset({JobState.PENDING.value, JobState.PREEMPTED.value})  # not holding resources
 _CURSOR_PREFIX = "s1:"
 _CURSOR_MAX_SEQ = 2**63 - 1  # a store sequence is a signed 64-bit integer
 _CURSOR_MAX_DIGITS = len(str(_CURSOR_MAX_SEQ))
@@ -104,32 +102,21 @@ def submit_job(
         prepared = prepare_submit(body, caller_team=who.team, caller_role=who.role)
     now = ctx.clock.now()
     try:
-        with ctx.database.session() as s:
-            # owners: a granted priority class, the Unix account it runs as, one team on a single-team server
-            run_as = submit_owner(
+        with ctx.database.session() as s, input_at("body"):  # a field at fault is named body.<field>
+            row, created = jobs_service.submit(
                 s,
-                team=prepared.team,
+                prepared,
                 priority=body.priority,
                 token_id=who.token_id,
                 role=who.role,
                 run_as_required=ctx.run_as_required,
                 single_team=ctx.single_team,
-            )
-            # budgets: the block check and the insert in one transaction, serialized per budget
-            check_submission(
-                s, prepared.fields, prepared.team, now, submitted_by=who.token_id, idempotency_key=idempotency_key
-            )
-            row, created = repo.submit_job(
-                s,
-                {**prepared.fields, "run_as": run_as},
-                team=prepared.team,
-                submitted_by=who.token_id,
                 idempotency_key=idempotency_key,
-                request_sha256=prepared.request_sha256,
                 now=now,
+                rules=ctx.pricing_rules,
             )
             out = job_out(row)
-    except BudgetExceededError as e:  # budgets: RFC 9457 problem, 402 Payment Required
+    except BudgetExceededError as e:  # a block budget refused it: RFC 9457 problem, 402 Payment Required
         return problem_response(402, e.code, e.message, instance="/v1/jobs")
     if created:
         metrics.submits.labels(prepared.team).inc()
@@ -208,16 +195,7 @@ def cancel_job(job_id: str, response: Response, ctx: Ctx, who: Caller) -> JobOut
     with ctx.database.session() as s:
         row = _visible_job(s, who, job_id)
         require_writer(who)
-        if row.state in _TERMINAL:
-            raise ConflictError(f"job {job_id} already ended ({row.state}); nothing to cancel")
-        if row.state in _WAITING:
-            try:
-                repo.transition(s, row, JobState.CANCELLED.value, f"cancelled by {who.token_id}", now)
-            except ConflictError:  # the controller admitted it meanwhile: ask it to stop instead
-                row = repo.request_cancel(s, job_id, now)
-        else:
-            row = repo.request_cancel(s, job_id, now)
-        out = job_out(row)
+        out = job_out(jobs_service.cancel(s, row, by=who.token_id, now=now))
     if out.state != JobState.CANCELLED.value:
         response.status_code = 202
     _wake(ctx)

@@ -10,12 +10,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from sqlalchemy import select
 
 from gpufleet.api.deps import AUTHED, Caller, Ctx
 from gpufleet.api.render import ts, ts_or_none
 from gpufleet.store import repo
-from gpufleet.store.models import JobRow
 from gpufleet.wire import QueueEntry
 
 router = APIRouter(prefix="/v1", tags=["queue"])
@@ -48,9 +46,7 @@ def get_queue(
         leader = repo.leader(s, ctx.clock.now())
         published = list(leader.queue) if leader is not None else []
         if not published:
-            q = select(JobRow).where(JobRow.state == "PENDING").order_by(JobRow.seq).limit(_FALLBACK_LIMIT)
-            if teams is not None:
-                q = q.where(JobRow.team.in_(teams))
+            pending = repo.pending_jobs(s, teams=teams, limit=_FALLBACK_LIMIT)
             reason = "waiting for the scheduler" if leader is None else "queued since the last scheduling cycle"
             return [
                 QueueEntry(
@@ -63,13 +59,10 @@ def get_queue(
                     estimated_start=None,
                     submitted_at=ts(r.submitted_at),
                 )
-                for i, r in enumerate(s.scalars(q), start=1)
+                for i, r in enumerate(pending, start=1)
             ]
         ids = [str(e.get("job")) for e in published if isinstance(e, dict) and e.get("job")]
-        q = select(JobRow).where(JobRow.id.in_(ids), JobRow.state.in_(_WAITING))
-        if teams is not None:
-            q = q.where(JobRow.team.in_(teams))
-        rows = {r.id: r for r in s.scalars(q)}
+        rows = repo.jobs_by_id(s, ids, states=_WAITING, teams=teams)
     out = []
     for i, entry in enumerate(published, start=1):
         if not isinstance(entry, dict):

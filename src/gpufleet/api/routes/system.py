@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from gpufleet.api.deps import AUTHED, Caller, Ctx
 from gpufleet.api.problems import problem_response
 from gpufleet.errors import StoreError
+from gpufleet.store import repo
 from gpufleet.wire import WhoAmI
 
 root = APIRouter(tags=["system"])
@@ -30,7 +30,7 @@ def readyz(ctx: Ctx, request: Request) -> Response:
     """Ready when the store answers ``SELECT 1`` and the hosting process says it is ready."""
     try:
         with ctx.database.session(readonly=True) as s:
-            s.execute(text("SELECT 1"))
+            repo.ping(s)
     except Exception as e:  # whatever the failure, the answer is "not ready", not a 500
         msg = e.message if isinstance(e, StoreError) else type(e).__name__
         return problem_response(503, "not_ready", f"the store does not answer: {msg}", instance=request.url.path)

@@ -6,7 +6,6 @@ from collections import defaultdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.api.auth import require_admin
@@ -16,7 +15,7 @@ from gpufleet.control import owners
 from gpufleet.errors import InputError, NotFoundError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.store import repo
-from gpufleet.store.models import JobRow, NodeRow, QuotaRow, RunRow, Team
+from gpufleet.store.models import Team
 from gpufleet.wire import NAME, TeamIn, TeamOut
 
 router = APIRouter(prefix="/v1/teams", tags=["teams"])
@@ -26,17 +25,13 @@ TeamName = Annotated[str, Path(pattern=NAME, max_length=63)]
 
 def _used(s: Session, teams: list[str] | None) -> dict[str, dict[str, float]]:
     """team → GPU model → GPU-equivalents held by its running jobs (one join)."""
-    q = select(JobRow.team, RunRow.node, RunRow.placement).join(JobRow, JobRow.id == RunRow.job_id)
-    q = q.where(RunRow.ended_at.is_(None))
-    if teams is not None:
-        q = q.where(JobRow.team.in_(teams))
-    rows = s.execute(q).all()
+    rows = repo.open_runs_by_team(s, teams)
     if not rows:
         return {}
-    models = {name: model for name, model in s.execute(select(NodeRow.name, NodeRow.gpu_model))}
+    models = repo.node_models(s)
     used: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for team, node, placement in rows:
-        for pod in placement or ():
+        for pod in placement:
             n = str(pod.get("node", node))
             gpus = len(pod.get("gpus") or ()) * float(pod.get("milli", MILLI)) / MILLI
             if gpus:
@@ -45,13 +40,7 @@ def _used(s: Session, teams: list[str] | None) -> dict[str, dict[str, float]]:
 
 
 def _quotas(s: Session, teams: list[str] | None) -> dict[str, dict[str, float]]:
-    q = select(QuotaRow.team, QuotaRow.gpu_model, QuotaRow.nominal_milli)
-    if teams is not None:
-        q = q.where(QuotaRow.team.in_(teams))
-    out: dict[str, dict[str, float]] = defaultdict(dict)
-    for team, model, milli in s.execute(q):
-        out[team][model] = milli / MILLI
-    return out
+    return {t: {m: milli / MILLI for m, milli in q.items()} for t, q in repo.quotas_by_team(s, teams).items()}
 
 
 def _team_out(t: Team, quotas: dict[str, float], used: dict[str, float]) -> TeamOut:

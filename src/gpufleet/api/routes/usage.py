@@ -1,6 +1,6 @@
 """``/v1/usage``: what GPUs cost over a window, by any grouping (OpenCost's allocation API shape).
 
-Costs come from the ledger through :func:`gpufleet.cost.attribution.cost_report` — never from a
+Costs come from the ledger through :func:`gpufleet.cost.spend.spend_report` — never from a
 stored running total — priced with the server's pricing rules (``ApiContext.pricing_rules``; a
 context without rules prices at the recorded prices, with no multipliers). A token other than admin
 sees only its own team's rows; the idle line, the other lines and the totals are the cluster's.
@@ -16,8 +16,9 @@ from gpufleet.api.deps import SCOPED, Caller, Ctx
 from gpufleet.api.problems import input_at
 from gpufleet.api.render import ts
 from gpufleet.api.windows import parse_window
-from gpufleet.cost.attribution import DIMENSIONS, Filters, ReportLine, ReservationLine, cost_report, ledger_field
+from gpufleet.cost.report import DIMENSIONS, Filters, ReportLine, ReservationLine, ledger_field
 from gpufleet.cost.rules import PricingRules
+from gpufleet.cost.spend import spend_report
 from gpufleet.errors import InputError, PermissionDeniedError
 from gpufleet.store import repo
 from gpufleet.wire import CostLineOut, ReservationOut, UsageReport
@@ -117,7 +118,7 @@ def usage(
     with ctx.database.session(readonly=True) as s:
         ledger = repo.load_ledger(s, win.start, win.end, now)
     with input_at("query"):
-        rep = cost_report(
+        rep = spend_report(
             ledger,
             win.start,
             win.end,

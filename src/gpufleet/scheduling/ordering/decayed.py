@@ -7,12 +7,10 @@ one half-life (the usage it would add if it ran that long), normalised like the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from gpufleet.model.job import Job
 from gpufleet.scheduling.framework import QUEUE_SORT, PolicyContext, SortContext
 from gpufleet.scheduling.ordering.aging import Aging
-from gpufleet.scheduling.ordering.fairshare import progressive_fill
+from gpufleet.scheduling.ordering.fairshare import FairShareSort
 from gpufleet.scheduling.ordering.priority import aging_from
 
 
@@ -26,14 +24,11 @@ def _increment(job: Job, ctx: SortContext) -> float:
     return gpus * min(est, ctx.usage.half_life_s)
 
 
-class DecayedSort:
+class DecayedSort(FairShareSort):
     name = "decayed"
 
     def __init__(self, aging: Aging) -> None:
-        self.aging = aging
-
-    def order(self, jobs: Sequence[Job], ctx: SortContext) -> list[Job]:
-        return progressive_fill(jobs, ctx, self.aging, _share, _increment)
+        super().__init__(aging, _share, _increment)
 
 
 @QUEUE_SORT.register("decayed")

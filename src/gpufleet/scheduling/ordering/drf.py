@@ -6,12 +6,10 @@ by its weight; the next job comes from the team with the smallest share (progres
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from gpufleet.model.job import Job
 from gpufleet.scheduling.framework import QUEUE_SORT, PolicyContext, SortContext
 from gpufleet.scheduling.ordering.aging import Aging
-from gpufleet.scheduling.ordering.fairshare import progressive_fill
+from gpufleet.scheduling.ordering.fairshare import FairShareSort
 from gpufleet.scheduling.ordering.priority import aging_from
 
 
@@ -30,14 +28,11 @@ def _increment(job: Job, ctx: SortContext) -> float:
     return max(parts)
 
 
-class DrfSort:
+class DrfSort(FairShareSort):
     name = "drf"
 
     def __init__(self, aging: Aging) -> None:
-        self.aging = aging
-
-    def order(self, jobs: Sequence[Job], ctx: SortContext) -> list[Job]:
-        return progressive_fill(jobs, ctx, self.aging, _share, _increment)
+        super().__init__(aging, _share, _increment)
 
 
 @QUEUE_SORT.register("drf")

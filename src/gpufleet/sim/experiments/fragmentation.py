@@ -27,10 +27,9 @@ Pure: no clock, no printing, no files other than the inputs; results are datacla
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -43,14 +42,7 @@ from gpufleet.scheduling.framework import PLACEMENT, PolicyContext, ScorePlugin,
 from gpufleet.scheduling.placement.base import commit, place_one
 from gpufleet.scheduling.placement.fgd import FragModel, _Stats
 from gpufleet.scheduling.snapshot import ClusterSnapshot, PodRequest
-from gpufleet.sim.traces.openb import (
-    OpenbNodes,
-    OpenbPods,
-    load_openb_nodes,
-    load_openb_pods,
-    pod_list_path,
-    trace_name,
-)
+from gpufleet.sim.traces.openb import OpenbNodes, OpenbPods
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -315,23 +307,14 @@ class TraceResult:
     policies: dict[str, PolicyResult] = field(default_factory=dict)
 
 
-def load_cluster(trace: str, *, nodes: OpenbNodes | None = None) -> Cluster:
-    """A trace by packaged name (``default``, ``gpushare40``...) or CSV path, on the GPU-node list."""
-    pods = load_openb_pods(pod_list_path(trace), trace=trace)
-    nodes = nodes if nodes is not None else load_openb_nodes()
-    return Cluster(trace=trace_name(trace), nodes=nodes, pods=pods, workload=typical_pods(pods))
+def make_cluster(trace: str, nodes: OpenbNodes, pods: OpenbPods) -> Cluster:
+    """A trace's pods on a node list (:func:`gpufleet.io.experiments.load_cluster` reads them)."""
+    return Cluster(trace=trace, nodes=nodes, pods=pods, workload=typical_pods(pods))
 
 
-def load_published(directory: str | Path, trace: str) -> dict[str, FloatArray]:
-    """Published per-seed unallocated curves (policy → [seeds, 131]) from
-    ``analysis_allo_discrete.csv`` in ``directory``, for ``trace`` (short or full name)."""
-    path = Path(directory) / "analysis_allo_discrete.csv"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        raise InputError("published curves not found", source=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
+def parse_published(text: str, trace: str, *, source: str = "analysis_allo_discrete.csv") -> dict[str, FloatArray]:
+    """Published per-seed unallocated curves (policy → [seeds, 131]) from the text of
+    ``analysis_allo_discrete.csv``, for ``trace`` (short or full name)."""
     want = trace if trace.startswith("openb_pod_list_") else f"openb_pod_list_{trace}"
     rows: dict[str, list[FloatArray]] = {}
     reader = csv.reader(text.splitlines())
@@ -339,14 +322,14 @@ def load_published(directory: str | Path, trace: str) -> dict[str, FloatArray]:
     try:
         first = header.index("0")
     except ValueError:
-        raise InputError("no curve columns (0..130) in header", source=str(path), line=1) from None
+        raise InputError("no curve columns (0..130) in header", source=source, line=1) from None
     for lineno, row in enumerate(reader, start=2):
         if not row or row[0] != want or row[2] != "1.3":
             continue
         try:
             values = np.array([float(v) if v else np.nan for v in row[first : first + len(ARRIVED_PCT)]])
         except ValueError:
-            raise InputError("bad number in curve", source=str(path), line=lineno) from None
+            raise InputError("bad number in curve", source=source, line=lineno) from None
         rows.setdefault(row[1], []).append(100.0 - values)
     names = {v: k for k, v in PUBLISHED_NAMES.items()}
     return {names.get(k, k): np.stack(v) for k, v in rows.items()}
@@ -358,18 +341,19 @@ def _run_task(args: tuple[Cluster, str, int, float]) -> SeedRun:
 
 
 def run_experiment(
-    traces: Sequence[str | Cluster],
+    clusters: Sequence[Cluster],
     policies: Sequence[str],
     seeds: Sequence[int] = SEEDS,
     *,
     inflation: float = 1.3,
-    published: str | Path | None = None,
+    published: Mapping[str, Mapping[str, FloatArray]] | None = None,
     workers: int = 1,
 ) -> list[TraceResult]:
-    """Run every (trace, policy, seed); ``workers`` > 1 runs them in that many processes."""
+    """Run every (cluster, policy, seed); ``workers`` > 1 runs them in that many processes.
+    ``published``: trace name → the published curves to compare with (:func:`parse_published`).
+    :func:`gpufleet.io.experiments.run_fragmentation` loads traces and curves by name and path."""
     for p in policies:
         PLACEMENT.get(p)  # fail early on an unknown name
-    clusters = [t if isinstance(t, Cluster) else load_cluster(t) for t in traces]
     tasks = [(c, p, s, inflation) for c in clusters for p in policies for s in seeds]
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -378,7 +362,7 @@ def run_experiment(
         runs = [_run_task(t) for t in tasks]
     out: list[TraceResult] = []
     for c in clusters:
-        pub = load_published(published, c.trace) if published is not None else {}
+        pub = published.get(c.trace, {}) if published is not None else {}
         result = TraceResult(trace=c.trace, total_gpus=c.nodes.total_gpus, seeds=tuple(seeds))
         for p in policies:
             mine = tuple(r for r in runs if r.trace == c.trace and r.policy == p)

@@ -23,16 +23,17 @@ counts, times up to 10 years). Every error is a
 (``nodes.2.gpu_count``). GPU model names are canonicalized (``V100M16`` → ``V100-16GB``); unknown
 names are kept as written. Compatibility rule: new fields get defaults, so older files stay valid.
 
-The writer omits fields equal to their defaults; ``load_jsonl(dump_jsonl(t))`` gives back the same
-jobs, nodes and pools (GPU type names canonicalized).
+The writer omits fields equal to their defaults; ``parse_jsonl(iter_jsonl(t))`` gives back the
+same jobs, nodes and pools (GPU type names canonicalized). Files are read and written by
+:mod:`gpufleet.io.traces` (``load_jsonl``/``dump_jsonl``): this module does no I/O.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -313,24 +314,12 @@ def parse_jsonl(lines: Iterable[str], *, source: str = "<jsonl>", name: str | No
         seen_object = True
     trace_name = name or (cluster.name if cluster is not None and cluster.name else None)
     return Trace(
-        name=trace_name or Path(source).stem,
+        name=trace_name or posixpath.splitext(posixpath.basename(source))[0],
         jobs=jobs,
         nodes=[n.to_node() for n in cluster.nodes] if cluster is not None else [],
         pools=[p.to_pool() for p in cluster.pools] if cluster is not None else [],
         source=source,
     )
-
-
-def load_jsonl(path: str | Path, *, name: str | None = None) -> Trace:
-    """Load a gpufleet JSONL trace. The trace's name: ``name``, else the cluster line's, else the stem."""
-    source = str(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return parse_jsonl(fh, source=source, name=name)
-    except OSError as exc:
-        raise TraceError(f"cannot read trace: {exc.strerror or exc}", source=source) from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"not UTF-8 text: {exc.reason}", source=source) from None
 
 
 def iter_jsonl(trace: Trace) -> Iterator[str]:
@@ -344,11 +333,3 @@ def iter_jsonl(trace: Trace) -> Iterator[str]:
     yield cluster.model_dump_json(exclude_defaults=True)
     for job in trace.jobs:
         yield JobLine.from_trace_job(job).model_dump_json(exclude_defaults=True)
-
-
-def dump_jsonl(trace: Trace, path: str | Path) -> None:
-    """Write ``trace`` to ``path`` in the JSONL format (UTF-8, one object a line)."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for text in iter_jsonl(trace):
-            fh.write(text)
-            fh.write("\n")

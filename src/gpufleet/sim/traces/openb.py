@@ -1,4 +1,4 @@
-"""Loaders for the openb traces (Alibaba GPU cluster trace 2023, as used by the FGD paper).
+"""Parsers for the openb traces (Alibaba GPU cluster trace 2023, as used by the FGD paper).
 
 Source: the ``cluster-trace-gpu-v2023/csv`` folder of the public alibaba/clusterdata repository.
 Cite: Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
@@ -6,10 +6,10 @@ Gradient Descent", USENIX ATC 2023. The CSVs ship as package data in ``gpufleet/
 
 Two file kinds:
 
-- node lists ``sn,cpu_milli,memory_mib,gpu,model`` (:func:`load_openb_nodes`);
+- node lists ``sn,cpu_milli,memory_mib,gpu,model`` (:func:`parse_openb_nodes`);
 - pod lists ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,
   deletion_time,scheduled_time`` or, for the ``multigpu*`` files, only the first five columns
-  (:func:`load_openb_pods`).
+  (:func:`parse_openb_pods`).
 
 Units: CPU in milli-cores, memory in MiB, GPU in milli-GPU per GPU, times in seconds.
 openb model names (``V100M16``...) are mapped through :func:`canonical_gpu_name`; a ``gpu_spec``
@@ -19,16 +19,15 @@ bounded by :mod:`gpufleet.sim.limits`.
 
 The FGD paper's simulator (hkust-adsl/kubernetes-scheduler-simulator) runs every openb pod list
 on the GPU-node list (1,213 nodes, 6,212 GPUs): :data:`DEFAULT_NODE_LIST`.
+
+This module parses text; :mod:`gpufleet.io.traces` reads the packaged files and paths
+(``load_openb_nodes``, ``load_openb_pods``, ``load_openb_trace``).
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -173,56 +172,6 @@ class OpenbPods:
         )
 
 
-# -- locating files -----------------------------------------------------------------------------
-def _data_dir() -> resources.abc.Traversable:
-    return resources.files("gpufleet").joinpath("data", "openb")
-
-
-@contextmanager
-def _open(path: str | Path | None, default: str) -> Iterator[tuple[str, list[str]]]:
-    """Yield (source name, lines) for a path or a packaged file name."""
-    if path is None:
-        ref = _data_dir().joinpath(default)
-        if not ref.is_file():
-            raise TraceError("packaged openb file is missing", source=default)
-        yield f"gpufleet/data/openb/{default}", ref.read_text(encoding="utf-8").splitlines()
-        return
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceError("file not found", source=str(p)) from None
-    except OSError as exc:
-        raise TraceError(f"cannot read file: {exc.strerror}", source=str(p)) from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"not UTF-8 text (byte {exc.start})", source=str(p)) from None
-    yield str(p), text.splitlines()
-
-
-def pod_list_path(trace: str) -> str | Path | None:
-    """Resolve a trace argument: a packaged name (``default``, ``gpushare40``, ``openb_pod_list_x``)
-    gives None plus the packaged file via :func:`pod_list_file`; anything else is a path."""
-    if _packaged_pod_file(trace) is not None:
-        return None
-    return Path(trace)
-
-
-def _packaged_pod_file(trace: str) -> str | None:
-    name = trace.removesuffix(".csv")
-    name = name.removeprefix("openb_pod_list_")
-    if "/" in trace or "\\" in trace:
-        return None
-    fname = f"openb_pod_list_{name}.csv"
-    return fname if _data_dir().joinpath(fname).is_file() else None
-
-
-def trace_name(trace: str) -> str:
-    """A short display name: ``default`` for the packaged default, the file stem otherwise."""
-    packaged = _packaged_pod_file(trace)
-    stem = (packaged or Path(trace).name).removesuffix(".csv")
-    return stem.removeprefix("openb_pod_list_")
-
-
 # -- parsing ----------------------------------------------------------------------------------------
 def _int(value: str, source: str, line: int, field: str, *, minimum: int = 0, maximum: int | None = None) -> int:
     try:
@@ -274,35 +223,34 @@ def _header(lines: list[str], source: str, layouts: tuple[tuple[str, ...], ...])
     raise TraceError(f"unexpected header {','.join(header)!r}; expected {expected}", source=source, line=1)
 
 
-def load_openb_nodes(path: str | Path | None = None, *, which: str = DEFAULT_NODE_LIST) -> OpenbNodes:
-    """Read an openb node list (``path``, or the packaged ``openb_node_list_<which>.csv``)."""
-    with _open(path, f"openb_node_list_{which}.csv") as (source, lines):
-        _header(lines, source, (NODE_COLUMNS,))
-        names: list[str] = []
-        cpu: list[int] = []
-        mem: list[int] = []
-        gpus: list[int] = []
-        models: list[str] = []
-        seen: set[str] = set()
-        for lineno, row in enumerate(csv.reader(lines[1:]), start=2):
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) != len(NODE_COLUMNS):
-                raise TraceError(f"expected {len(NODE_COLUMNS)} columns, got {len(row)}", source=source, line=lineno)
-            name = row[0].strip()
-            if not name:
-                raise TraceError("empty node name", source=source, line=lineno, field="sn")
-            if name in seen:
-                raise TraceError(f"duplicate node {name!r}", source=source, line=lineno, field="sn")
-            if len(seen) >= MAX_NODES:
-                raise TraceError(f"more than {MAX_NODES} nodes", source=source, line=lineno)
-            seen.add(name)
-            n_gpu = _int(row[3], source, lineno, "gpu", maximum=MAX_GPUS_PER_NODE)
-            names.append(name)
-            cpu.append(_int(row[1], source, lineno, "cpu_milli", minimum=1, maximum=MAX_CPU_MILLI))
-            mem.append(_int(row[2], source, lineno, "memory_mib", minimum=1, maximum=MAX_MEMORY_MIB))
-            gpus.append(n_gpu)
-            models.append(_model(row[4], source, lineno, "model") if n_gpu > 0 else "")
+def parse_openb_nodes(lines: list[str], source: str) -> OpenbNodes:
+    """Parse the lines of an openb node list (``source`` names them in errors)."""
+    _header(lines, source, (NODE_COLUMNS,))
+    names: list[str] = []
+    cpu: list[int] = []
+    mem: list[int] = []
+    gpus: list[int] = []
+    models: list[str] = []
+    seen: set[str] = set()
+    for lineno, row in enumerate(csv.reader(lines[1:]), start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != len(NODE_COLUMNS):
+            raise TraceError(f"expected {len(NODE_COLUMNS)} columns, got {len(row)}", source=source, line=lineno)
+        name = row[0].strip()
+        if not name:
+            raise TraceError("empty node name", source=source, line=lineno, field="sn")
+        if name in seen:
+            raise TraceError(f"duplicate node {name!r}", source=source, line=lineno, field="sn")
+        if len(seen) >= MAX_NODES:
+            raise TraceError(f"more than {MAX_NODES} nodes", source=source, line=lineno)
+        seen.add(name)
+        n_gpu = _int(row[3], source, lineno, "gpu", maximum=MAX_GPUS_PER_NODE)
+        names.append(name)
+        cpu.append(_int(row[1], source, lineno, "cpu_milli", minimum=1, maximum=MAX_CPU_MILLI))
+        mem.append(_int(row[2], source, lineno, "memory_mib", minimum=1, maximum=MAX_MEMORY_MIB))
+        gpus.append(n_gpu)
+        models.append(_model(row[4], source, lineno, "model") if n_gpu > 0 else "")
     return OpenbNodes(
         source=source,
         names=names,
@@ -313,80 +261,76 @@ def load_openb_nodes(path: str | Path | None = None, *, which: str = DEFAULT_NOD
     )
 
 
-def load_openb_pods(path: str | Path | None = None, *, trace: str = DEFAULT_POD_LIST) -> OpenbPods:
-    """Read an openb pod list (``path``, or the packaged ``openb_pod_list_<trace>.csv``).
+def parse_openb_pods(lines: list[str], source: str) -> OpenbPods:
+    """Parse the lines of an openb pod list (``source`` names them in errors).
 
     Accepts both column layouts (11 columns, or the five of the ``multigpu*`` files).
     """
-    default = _packaged_pod_file(trace) or f"openb_pod_list_{trace}.csv"
-    with _open(path, default) as (source, lines):
-        layout = _header(lines, source, (POD_COLUMNS, POD_COLUMNS_SHORT))
-        width = len(layout)
-        names: list[str] = []
-        cpu: list[int] = []
-        mem: list[int] = []
-        ngpu: list[int] = []
-        milli: list[int] = []
-        spec: list[tuple[str, ...]] = []
-        spec_raw: list[str] = []
-        qos: list[str] = []
-        created: list[float] = []
-        deleted: list[float] = []
-        for lineno, row in enumerate(csv.reader(lines[1:]), start=2):
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) != width:
-                raise TraceError(f"expected {width} columns, got {len(row)}", source=source, line=lineno)
-            name = row[0].strip()
-            if not name:
-                raise TraceError("empty pod name", source=source, line=lineno, field="name")
-            if len(names) >= MAX_JOBS:
-                raise TraceError(f"more than {MAX_JOBS} pods", source=source, line=lineno)
-            n = _int(row[3], source, lineno, "num_gpu", maximum=MAX_GPUS_PER_POD)
-            m = _int(row[4], source, lineno, "gpu_milli")
-            if m > MILLI:
+    layout = _header(lines, source, (POD_COLUMNS, POD_COLUMNS_SHORT))
+    width = len(layout)
+    names: list[str] = []
+    cpu: list[int] = []
+    mem: list[int] = []
+    ngpu: list[int] = []
+    milli: list[int] = []
+    spec: list[tuple[str, ...]] = []
+    spec_raw: list[str] = []
+    qos: list[str] = []
+    created: list[float] = []
+    deleted: list[float] = []
+    for lineno, row in enumerate(csv.reader(lines[1:]), start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != width:
+            raise TraceError(f"expected {width} columns, got {len(row)}", source=source, line=lineno)
+        name = row[0].strip()
+        if not name:
+            raise TraceError("empty pod name", source=source, line=lineno, field="name")
+        if len(names) >= MAX_JOBS:
+            raise TraceError(f"more than {MAX_JOBS} pods", source=source, line=lineno)
+        n = _int(row[3], source, lineno, "num_gpu", maximum=MAX_GPUS_PER_POD)
+        m = _int(row[4], source, lineno, "gpu_milli")
+        if m > MILLI:
+            raise TraceError(f"gpu_milli must be <= {MILLI}, got {m}", source=source, line=lineno, field="gpu_milli")
+        if n == 0 and m != 0:
+            raise TraceError("gpu_milli > 0 with num_gpu = 0", source=source, line=lineno, field="gpu_milli")
+        if n > 0 and m == 0:
+            raise TraceError("gpu_milli = 0 with num_gpu > 0", source=source, line=lineno, field="gpu_milli")
+        if n > 1 and m < MILLI:
+            raise TraceError(
+                "a GPU-sharing pod (gpu_milli < 1000) must ask for one GPU",
+                source=source,
+                line=lineno,
+                field="num_gpu",
+            )
+        names.append(name)
+        cpu.append(_int(row[1], source, lineno, "cpu_milli", maximum=MAX_CPU_MILLI))
+        mem.append(_int(row[2], source, lineno, "memory_mib", maximum=MAX_MEMORY_MIB))
+        ngpu.append(n)
+        milli.append(m)
+        if width == len(POD_COLUMNS):
+            raw = row[5].strip()
+            types = tuple(dict.fromkeys(_model(t, source, lineno, "gpu_spec") for t in raw.split("|") if t.strip()))
+            spec.append(types)
+            spec_raw.append(raw)
+            qos.append(row[6].strip())
+            c = _time(row[8], source, lineno, "creation_time")
+            d = _time(row[9], source, lineno, "deletion_time")
+            if np.isfinite(c) and np.isfinite(d) and d < c:
                 raise TraceError(
-                    f"gpu_milli must be <= {MILLI}, got {m}", source=source, line=lineno, field="gpu_milli"
-                )
-            if n == 0 and m != 0:
-                raise TraceError("gpu_milli > 0 with num_gpu = 0", source=source, line=lineno, field="gpu_milli")
-            if n > 0 and m == 0:
-                raise TraceError("gpu_milli = 0 with num_gpu > 0", source=source, line=lineno, field="gpu_milli")
-            if n > 1 and m < MILLI:
-                raise TraceError(
-                    "a GPU-sharing pod (gpu_milli < 1000) must ask for one GPU",
+                    f"deletion_time {d:g} is before creation_time {c:g}",
                     source=source,
                     line=lineno,
-                    field="num_gpu",
+                    field="deletion_time",
                 )
-            names.append(name)
-            cpu.append(_int(row[1], source, lineno, "cpu_milli", maximum=MAX_CPU_MILLI))
-            mem.append(_int(row[2], source, lineno, "memory_mib", maximum=MAX_MEMORY_MIB))
-            ngpu.append(n)
-            milli.append(m)
-            if width == len(POD_COLUMNS):
-                raw = row[5].strip()
-                types = tuple(dict.fromkeys(_model(t, source, lineno, "gpu_spec") for t in raw.split("|") if t.strip()))
-                spec.append(types)
-                spec_raw.append(raw)
-                qos.append(row[6].strip())
-                c = _time(row[8], source, lineno, "creation_time")
-                d = _time(row[9], source, lineno, "deletion_time")
-                if np.isfinite(c) and np.isfinite(d) and d < c:
-                    raise TraceError(
-                        f"deletion_time {d:g} is before creation_time {c:g}",
-                        source=source,
-                        line=lineno,
-                        field="deletion_time",
-                    )
-                created.append(c)
-                deleted.append(d)
-            else:
-                spec.append(())
-                spec_raw.append("")
-                qos.append("")
-                created.append(float("nan"))
-                deleted.append(float("nan"))
+            created.append(c)
+            deleted.append(d)
+        else:
+            spec.append(())
+            spec_raw.append("")
+            qos.append("")
+            created.append(float("nan"))
+            deleted.append(float("nan"))
     return OpenbPods(
         source=source,
         names=names,
@@ -400,10 +344,3 @@ def load_openb_pods(path: str | Path | None = None, *, trace: str = DEFAULT_POD_
         creation_time=np.array(created, dtype=np.float64),
         deletion_time=np.array(deleted, dtype=np.float64),
     )
-
-
-def load_openb_trace(trace: str = DEFAULT_POD_LIST, *, team: str | None = None) -> Trace:
-    """A packaged pod list (or a path) with the GPU-node list, as a :class:`Trace`."""
-    path = pod_list_path(trace)
-    pods = load_openb_pods(path, trace=trace)
-    return pods.to_trace(trace_name(trace), nodes=load_openb_nodes(), team=team)

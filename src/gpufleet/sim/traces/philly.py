@@ -31,6 +31,7 @@ spawned from one seed, so e.g. turning on noisy estimates does not change which 
 preemptible.
 
 Bad input raises :class:`~gpufleet.errors.TraceError` naming the file, the line and the field.
+:func:`parse_philly` parses text; :func:`gpufleet.io.traces.load_philly` reads the file.
 Sizes, counts and times are bounded by :mod:`gpufleet.sim.limits` (GPUs and gang size of a job,
 number of jobs, durations and the trace's span up to 10 years).
 """
@@ -39,9 +40,9 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -132,21 +133,17 @@ def _parse_time(text: str) -> float:
     return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
 
-def load_philly(path: str | Path, options: PhillyOptions | None = None, *, name: str = "philly") -> Trace:
-    """Load a Philly CSV into a :class:`Trace` (jobs only; Philly has no node list).
+def parse_philly(
+    lines: Iterable[str], options: PhillyOptions | None = None, *, name: str = "philly", source: str = "<philly>"
+) -> Trace:
+    """Parse the lines of a Philly CSV into a :class:`Trace` (jobs only; Philly has no node list).
+    ``source`` names the text in errors (:func:`gpufleet.io.traces.load_philly` reads a file).
 
-    Raises :class:`TraceError` (file, line, field) on a missing column, a non-numeric or negative
+    Raises :class:`TraceError` (source, line, field) on a missing column, a non-numeric or negative
     duration, a GPU count that is not a positive integer, a malformed timestamp or an empty file.
     """
     opts = options or PhillyOptions()
-    source = str(path)
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            times, durations, gpus, teams = _read_rows(csv.reader(fh), source)
-    except OSError as exc:
-        raise TraceError(f"cannot read trace: {exc.strerror or exc}", source=source) from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"not UTF-8 text: {exc.reason}", source=source) from None
+    times, durations, gpus, teams = _read_rows(csv.reader(lines), source)
     if not times:
         raise TraceError("no jobs (the file has only a header)", source=source)
     return _build(name, source, opts, times, durations, gpus, teams)

@@ -1,185 +1,140 @@
-"""Cost attribution: who pays what over a window, by any dimension, with pricing rules.
+"""THE one path of money: every figure in dollars comes from :func:`spend_report`.
 
-:func:`cost_report` is the one entry point for interfaces (API, CLI) and other engines (budgets,
-forecasts): it prices the ledger with the rules (:func:`gpufleet.cost.rules.apply_rules`),
-allocates it (:func:`gpufleet.cost.ledger.allocate`), and then applies the priority chargeback.
+The usage API, budgets (spend, block checks, anomalies), forecasts, ROI, recommendations and the
+simulator all read money through this module, so they all apply the same pricing rules
+(:mod:`gpufleet.cost.rules`: time-of-day windows, priority multipliers, reservations, node
+prices) and round the same way. :func:`spend_report` prices the ledger with the rules
+(:func:`~gpufleet.cost.rules.apply_rules`), allocates it (:func:`gpufleet.cost.allocation.allocate`,
+called from nowhere else) and applies the priority chargeback. The helpers below are built on it:
 
-Dimensions (``aggregate``): ``team``, ``project``, ``namespace``, ``experiment``, ``cost_center``
-(the job label ``cost-center``), ``job``, ``node``, ``pool``, ``gpu_model``, ``capacity_type``,
-``priority`` (the job's priority class) and ``label:<key>`` (a missing label groups as ``""``).
+- :func:`scope_spend_usd` — what a budget scope's jobs were charged in a window (float dollars,
+  cents);
+- :func:`job_costs_usd` — what each job was charged (job id → float dollars, cents);
+- :func:`daily_spend_reports` / :func:`daily_costs` — one report per day, the ledger priced once.
 
-The lines of a report and the rule that ties them, column by column (GPU, CPU, memory, total),
-exact to the cent::
-
-    sum(rows) + other − adjustment + idle + reservation_unused == totals
-
-- ``rows``: what each group is *charged* (priority multipliers included);
-- ``other``: the charges of the groups that the filters left out (zero without filters);
-- ``adjustment``: charged − what the groups held at node prices, i.e. the priority multipliers'
-  effect (a chargeback policy: it moves money between teams and the platform, it does not change
-  what the nodes cost);
-- ``idle``: node capacity no job held (zero, or only what could not be spread, with
-  ``spread_idle``);
-- ``reservation_unused``: reserved commitment that no node held (a GPU cost, never spread);
-- ``totals``: what the capacity cost: the nodes at the rules' prices plus unused commitment.
+The lines of a report and the rule that ties them are in :mod:`gpufleet.cost.report`.
 
 Rounding. ``allocate`` rounds the held cost of each (group, priority class) to cents with the
 largest-remainder method so that those lines and idle add up to the rounded node cost. A group's
 charge is then the exact sum of its classes' cents times their multipliers, rounded half up, its
-components by largest remainder; the adjustment is the difference of rounded figures, so the rule
-above holds to the cent by construction, and (property-tested) the node cost is the exact cost
-rounded half up.
+components by largest remainder; the adjustment is the difference of rounded figures, so the
+report's rule holds to the cent by construction.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta
+from collections.abc import Sequence
+from datetime import datetime, time, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from gpufleet.errors import InputError
 
-from .ledger import (
-    AGGREGATE_FIELDS,
-    DEFAULT_UNIT_PRICES,
-    IDLE_KEY,
-    Allocation,
-    CostLine,
-    Ledger,
-    UnitPrices,
-    allocate,
+from .allocation import IDLE_KEY, Allocation, CostLine, allocate
+from .ledger import Ledger
+from .pricesplit import DEFAULT_UNIT_PRICES, UnitPrices
+from .report import (
+    ADJUSTMENT_KEY,
+    OTHER_KEY,
+    RESERVED_KEY,
+    TOTAL_KEY,
+    CostReport,
+    DailyCost,
+    Filters,
+    ReportLine,
+    ReservationLine,
+    ledger_field,
 )
 from .rules import PricedLedger, PricingRules, ReservationCost, apply_rules
 
-COST_CENTER_LABEL = "cost-center"
-TOTAL_KEY = "__total__"
-OTHER_KEY = "__other__"
-ADJUSTMENT_KEY = "__adjustment__"
-RESERVED_KEY = "__reservation_unused__"
+if TYPE_CHECKING:
+    from .budget_model import Scope
 
-# Dimension names as people write them → the ledger's aggregate field.
-DIMENSIONS: dict[str, str] = {
-    "team": "team",
-    "project": "project",
-    "namespace": "namespace",
-    "experiment": "experiment",
-    "cost_center": f"label:{COST_CENTER_LABEL}",
-    "job": "job_id",
-    "node": "node",
-    "pool": "pool",
-    "gpu_model": "gpu_model",
-    "capacity_type": "capacity_type",
-    "priority": "priority_class",
-}
+DAY_S = 86400.0
 
 
-def ledger_field(name: str) -> str:
-    """The ledger's aggregate field for a dimension name (``job`` → ``job_id``, ``cost_center`` →
-    ``label:cost-center``, ``priority`` → ``priority_class``; ``label:<key>`` as is)."""
-    if name in DIMENSIONS:
-        return DIMENSIONS[name]
-    if name.startswith("label:") and len(name) > len("label:"):
-        return name
-    if name in AGGREGATE_FIELDS:  # the ledger's own spellings (job_id, priority_class)
-        return name
-    raise InputError(f"unknown aggregate '{name}' (known: {', '.join(DIMENSIONS)}, label:<key>)", field="aggregate")
-
-
-@dataclass(frozen=True, slots=True)
-class Filters:
-    """Which rows to show: a team and/or label values (all must match). Filtering hides rows; the
-    idle line and the totals stay the cluster's, and what is hidden is the ``other`` line."""
-
-    team: str | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def empty(self) -> bool:
-        return self.team is None and not self.labels
-
-
-@dataclass(frozen=True, slots=True)
-class ReportLine:
-    """One line of a report in USD (cents). ``adjustment_usd`` is the part of ``total_cost_usd``
-    due to priority multipliers (charged − held at node prices)."""
-
-    key: tuple[str, ...]
-    gpu_cost_usd: Decimal
-    cpu_cost_usd: Decimal
-    memory_cost_usd: Decimal
-    total_cost_usd: Decimal
-    gpu_seconds: float = 0.0
-    adjustment_usd: Decimal = Decimal("0.00")
-
-    @property
-    def gpu_hours(self) -> float:
-        return self.gpu_seconds / 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class ReservationLine:
-    """A commitment over the window: what it cost, what the reserved nodes it covered cost
-    (``covered``), and what no node held (``unused``). ``committed = covered + unused``."""
-
-    name: str
-    gpu_model: str
-    gpus: int
-    committed_gpu_hours: float
-    committed_usd: Decimal
-    covered_usd: Decimal
-    unused_usd: Decimal
-
-
-@dataclass(frozen=True)
-class CostReport:
-    """The cost of a window by ``aggregate`` (see the module docstring for the lines' rule)."""
-
-    aggregate: tuple[str, ...]
-    window_start: float
-    window_end: float  # effective end (≤ as_of)
-    rows: tuple[ReportLine, ...]  # sorted by key
-    other: ReportLine
-    adjustment: ReportLine
-    idle: ReportLine
-    reservation_unused: ReportLine
-    reservations: tuple[ReservationLine, ...]
-    totals: ReportLine
-    node_cost_usd: Decimal  # what the nodes cost at the rules' prices (totals − unused commitment)
-    filters: Filters = field(default_factory=Filters)
-    rules_source: str | None = None
-
-    def row(self, *key: str) -> ReportLine:
-        for r in self.rows:
-            if r.key == key:
-                return r
-        raise KeyError(key)
-
-    def by_key(self) -> dict[tuple[str, ...], ReportLine]:
-        return {r.key: r for r in self.rows}
-
-
-def cost_report(
+def spend_report(
     ledger: Ledger,
     start: float,
     end: float,
     *,
     aggregate: Sequence[str] = ("team",),
     rules: PricingRules | None = None,
-    spread_idle: bool = False,
     filters: Filters | None = None,
     as_of: float | None = None,
+    spread_idle: bool = False,
     unit_prices: UnitPrices = DEFAULT_UNIT_PRICES,
 ) -> CostReport:
-    """What ``[start, end)`` cost by ``aggregate`` (dimension names, see the module docstring),
+    """What ``[start, end)`` cost by ``aggregate`` (dimension names, see :mod:`gpufleet.cost.report`),
     with ``rules`` (None: the ledger's recorded prices, no multipliers), idle optionally spread
     over the rows in proportion to their use, and rows optionally filtered. ``as_of`` ends the
-    window early and ends what is still open (as in :func:`allocate`)."""
+    window early and ends what is still open."""
     priced = apply_rules(ledger, start, end, rules, as_of=as_of) if rules is not None else None
     return _report(ledger, priced, start, end, aggregate, rules, spread_idle, filters or Filters(), as_of, unit_prices)
+
+
+def scope_spend_usd(
+    ledger: Ledger,
+    rules: PricingRules | None,
+    scope: Scope,
+    start: float,
+    end: float,
+    *,
+    as_of: float | None,
+) -> float:
+    """What the jobs in a budget ``scope`` were charged in ``[start, end)`` (as of ``as_of``): the
+    report's rows of the scope (grouped by :attr:`Scope.aggregates`, so an owned scope counts its
+    owning team's jobs only), in dollars rounded to cents. Idle capacity is not charged to a
+    scope: a budget limits what its jobs hold."""
+    cut = end if as_of is None else min(end, as_of)
+    if cut <= start:
+        return 0.0
+    rep = spend_report(ledger, start, end, aggregate=scope.aggregates, rules=rules, as_of=as_of)
+    return _dollars(sum((r.total_cost_usd for r in rep.rows if scope.matches(r.key)), Decimal(0)))
+
+
+def job_costs_usd(
+    ledger: Ledger, rules: PricingRules | None, start: float, end: float, *, as_of: float | None
+) -> dict[str, float]:
+    """What each job was charged in ``[start, end)`` (as of ``as_of``): job id → dollars (cents)."""
+    cut = end if as_of is None else min(end, as_of)
+    if cut <= start:
+        return {}
+    rep = spend_report(ledger, start, end, aggregate=("job",), rules=rules, as_of=as_of)
+    return {r.key[0]: _dollars(r.total_cost_usd) for r in rep.rows}
+
+
+def daily_spend_reports(
+    ledger: Ledger,
+    first_day_start: float,
+    days: int,
+    *,
+    aggregate: Sequence[str] = ("team",),
+    rules: PricingRules | None = None,
+    as_of: float | None = None,
+) -> list[CostReport]:
+    """One :func:`spend_report` per day ``[first_day_start + 86400·d, +86400)`` for ``d`` in
+    ``range(days)``, the ledger priced with ``rules`` once for the whole range."""
+    if days < 0:
+        raise InputError("days must be >= 0", field="days")
+    if days == 0:
+        return []
+    end = first_day_start + DAY_S * days
+    priced = apply_rules(ledger, first_day_start, end, rules, as_of=as_of) if rules is not None else None
+    out = []
+    for d in range(days):
+        ws = first_day_start + DAY_S * d
+        out.append(
+            _report(ledger, priced, ws, ws + DAY_S, aggregate, rules, False, Filters(), as_of, DEFAULT_UNIT_PRICES)
+        )
+    return out
+
+
+def _dollars(usd: Decimal) -> float:
+    return round(float(usd), 2)
 
 
 def _report(
@@ -231,7 +186,7 @@ def _report(
         visible = (team_at < 0 or key[team_at] == filters.team) and all(
             key[i] == filters.labels[k] for k, i in label_at.items()
         )
-        mult = rules.priority_multiplier(key[prio_at]) if rules is not None and prio_at >= 0 else Fraction(1)
+        mult = rules.priority_multiplier(key[prio_at]) if rules is not None and prio_at >= 0 else 1
         out_key = key[:n]
         bucket = shown if visible else hidden
         acc = bucket.get(out_key)
@@ -283,30 +238,36 @@ def _report(
         reservations=reservations,
         totals=totals,
         node_cost_usd=t.total_cost_usd,
+        node_cost_exact_usd=alloc.node_cost_exact_usd,
         filters=filters,
         rules_source=None if rules is None else rules.source,
     )
 
 
 class _Acc:
-    """One output group: held cents and charged exact cents per component, GPU-seconds."""
+    """One output group: held cents and charged exact cents per component, GPU-seconds. While every
+    line added had multiplier 1 the charge is the held cents (integers, no fractions)."""
 
     __slots__ = ("charged", "gpu_seconds", "held")
 
     def __init__(self) -> None:
         self.held = [0, 0, 0]
-        self.charged = [Fraction(0), Fraction(0), Fraction(0)]
+        self.charged: list[Fraction] | None = None  # None: equal to ``held``
         self.gpu_seconds = 0.0
 
-    def add(self, line: CostLine, mult: Fraction) -> None:
-        for i, v in enumerate((line.gpu_cost_usd, line.cpu_cost_usd, line.memory_cost_usd)):
-            cents = _cents(v)
-            self.held[i] += cents
-            self.charged[i] += cents * mult
+    def add(self, line: CostLine, mult: Fraction | int) -> None:
+        cents = (_cents(line.gpu_cost_usd), _cents(line.cpu_cost_usd), _cents(line.memory_cost_usd))
+        if mult != 1 and self.charged is None:
+            self.charged = [Fraction(h) for h in self.held]
+        held, charged = self.held, self.charged
+        for i in range(3):
+            held[i] += cents[i]
+            if charged is not None:
+                charged[i] += cents[i] * mult
         self.gpu_seconds += line.gpu_seconds
 
     def charged_cents(self) -> list[int]:
-        return _round_parts(self.charged)
+        return list(self.held) if self.charged is None else _round_parts(self.charged)
 
     def line(self, key: tuple[str, ...]) -> ReportLine:
         c = self.charged_cents()
@@ -380,21 +341,7 @@ def _usd(cents: int) -> Decimal:
     return Decimal(cents).scaleb(-2)
 
 
-# -- per-day series -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DailyCost:
-    """One local day of a series: charges per group and the day's other lines (USD, cents)."""
-
-    day: date  # the local calendar day
-    start: float  # UNIX seconds of its start (local midnight, or the series' start)
-    end: float  # of its end (next local midnight, or the series' end)
-    by_key: Mapping[tuple[str, ...], Decimal]  # charged totals per group
-    idle_usd: Decimal
-    adjustment_usd: Decimal
-    reservation_unused_usd: Decimal
-    total_usd: Decimal  # what the capacity cost that day (nodes + unused commitment)
+# -- per-day series --------------------------------------------------------------------------------
 
 
 def daily_costs(
@@ -410,7 +357,7 @@ def daily_costs(
     """The cost of ``[start, end)`` per local calendar day of ``tz`` (a day is 23 or 25 hours on a
     DST change), oldest first; the first and last days are partial when ``start``/``end`` are not
     midnights. For forecasts: one call, one list, each day's figures obey the same rule as
-    :func:`cost_report`'s (rows + other − adjustment + idle + unused = total)."""
+    :func:`spend_report`'s (rows + other − adjustment + idle + unused = total)."""
     zone = ZoneInfo(tz) if isinstance(tz, str) else tz
     if not (math.isfinite(start) and math.isfinite(end)) or end < start:
         raise InputError(f"bad window [{start}, {end}]", field="end")
@@ -455,14 +402,10 @@ def daily_costs(
 
 
 __all__ = [
-    "COST_CENTER_LABEL",
-    "DIMENSIONS",
-    "CostReport",
-    "DailyCost",
-    "Filters",
-    "ReportLine",
-    "ReservationLine",
-    "cost_report",
+    "DAY_S",
     "daily_costs",
-    "ledger_field",
+    "daily_spend_reports",
+    "job_costs_usd",
+    "scope_spend_usd",
+    "spend_report",
 ]

@@ -1,0 +1,53 @@
+"""What-if on the cluster's own history: load the recorded jobs from the store and hand them, as
+plain data, to the what-if engine (:mod:`gpufleet.sim.whatif`)."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from gpufleet.errors import InputError
+from gpufleet.sim.traces.base import Trace
+from gpufleet.sim.whatif import HistoryJob, trace_from_history
+from gpufleet.store import Database, repo
+
+
+def history_from_store(
+    session: Session, start: float, end: float, checkpoint_interval_s: float = 1800.0
+) -> list[HistoryJob]:
+    """Jobs submitted in ``[start, end)`` that ran, with their summed run time. A job with a
+    checkpoint directory is taken to checkpoint every ``checkpoint_interval_s``."""
+    return [
+        HistoryJob(
+            j.id,
+            j.submitted_at,
+            run_time,
+            j.team,
+            j.project,
+            j.priority_class,
+            j.gpus,
+            j.gpu_milli,
+            j.mig_profile,
+            tuple(str(g) for g in (j.gpu_types or [])),
+            j.cpu_milli,
+            j.memory_mib,
+            pods,
+            j.preemptible,
+            checkpoint_interval_s if j.checkpoint_dir else None,
+            {str(k): str(v) for k, v in (j.labels or {}).items()},
+        )
+        for j, run_time, pods in repo.run_history(session, start, end)
+    ]
+
+
+def history_trace(database: Database, start: float, end: float, *, name: str, limit: int | None = None) -> Trace:
+    """The jobs the store recorded in ``[start, end)`` (the first ``limit``) as a trace named
+    ``name``; an :class:`InputError` when none ran."""
+    with database.session(readonly=True) as s:
+        jobs = history_from_store(s, start, end)
+    if limit is not None:
+        jobs = jobs[:limit]
+    if not jobs:
+        raise InputError(
+            f"no recorded jobs ran in {name.removeprefix('history:')} in {database.masked_url}", field="--trace"
+        )
+    return trace_from_history(jobs, name=name)

@@ -1,0 +1,140 @@
+"""The loop's view of the cluster: nodes, their prices, the scheduler's snapshot, pools and what
+runs where. Filled from the backend's inventory and node events; never reads the backend itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpufleet.model.node import CapacityType, Node, NodePool
+from gpufleet.scheduling.autoscaler import PoolState
+from gpufleet.scheduling.snapshot import ClusterSnapshot
+
+
+@dataclass(slots=True)
+class NodeState:
+    node: Node
+    index: int  # in the snapshot
+    hourly_usd: float
+    requested_at: float
+    ready_at: float | None = None
+    removed_at: float | None = None
+    jobs: set[str] = field(default_factory=set)
+
+
+class ClusterView:
+    def __init__(self, max_gpus: int = 8, capacity: int = 256) -> None:
+        self.snapshot = ClusterSnapshot(max_gpus=max_gpus, capacity=capacity)
+        self.nodes: dict[str, NodeState] = {}
+        self.live: dict[str, NodeState] = {}  # requested and not removed
+        self.pools: dict[str, NodePool] = {}
+        self._pool_price: dict[str, float] = {}
+        self._ready_count: dict[str, int] = {}
+        self._prov_count: dict[str, int] = {}
+        self._idle: set[str] = set()  # ready, schedulable nodes of autoscaled pools running nothing
+
+    # -- pools -------------------------------------------------------------------------------------
+    def add_pool(self, pool: NodePool, hourly_usd: float) -> None:
+        self.pools[pool.name] = pool
+        self._pool_price[pool.name] = hourly_usd
+        self._ready_count.setdefault(pool.name, 0)
+        self._prov_count.setdefault(pool.name, 0)
+
+    def pool_states(self) -> list[PoolState]:
+        return [
+            PoolState(pool, self._ready_count[name], self._prov_count[name], self._pool_price[name])
+            for name, pool in self.pools.items()
+            if pool.max_nodes > 0
+        ]
+
+    def above_min(self) -> bool:
+        """Some autoscaled pool has more live nodes than its minimum (scale-down may act)."""
+        return any(
+            self._ready_count[n] + self._prov_count[n] > p.min_nodes for n, p in self.pools.items() if p.max_nodes > 0
+        )
+
+    # -- nodes -------------------------------------------------------------------------------------
+    def request(self, node: Node, hourly_usd: float, now: float) -> NodeState:
+        """A node exists (billed from now); schedulable once :meth:`ready`."""
+        per_gpu = hourly_usd / node.gpu_count if node.gpu_count else hourly_usd
+        idx = self.snapshot.add_node(node, per_gpu, schedulable=False)
+        ns = NodeState(node, idx, hourly_usd, requested_at=now)
+        self.nodes[node.name] = ns
+        self.live[node.name] = ns
+        if node.pool in self._prov_count:
+            self._prov_count[node.pool] += 1
+        return ns
+
+    def ready(self, name: str, now: float) -> None:
+        ns = self.nodes[name]
+        if ns.ready_at is not None or ns.removed_at is not None:
+            return
+        ns.ready_at = now
+        self.snapshot.schedulable[ns.index] = True
+        if ns.node.pool in self._prov_count:
+            self._prov_count[ns.node.pool] -= 1
+            self._ready_count[ns.node.pool] += 1
+        self._track(ns)
+
+    def cordon(self, name: str) -> None:
+        self.snapshot.schedulable[self.nodes[name].index] = False
+        self._idle.discard(name)
+
+    def remove(self, name: str, now: float) -> None:
+        ns = self.nodes[name]
+        ns.removed_at = now
+        self.snapshot.schedulable[ns.index] = False
+        del self.live[name]
+        self._idle.discard(name)
+        if ns.node.pool in self._prov_count:
+            counter = self._ready_count if ns.ready_at is not None else self._prov_count
+            counter[ns.node.pool] -= 1
+
+    def idle_autoscaled(self) -> bool:
+        """Is some ready, schedulable node of an autoscaled pool running nothing?"""
+        return bool(self._idle)
+
+    def _track(self, ns: NodeState) -> None:
+        pool = self.pools.get(ns.node.pool)
+        idle = (
+            pool is not None
+            and pool.max_nodes > 0
+            and not ns.jobs
+            and ns.ready_at is not None
+            and ns.removed_at is None
+            and bool(self.snapshot.schedulable[ns.index])
+        )
+        if idle:
+            self._idle.add(ns.node.name)
+        else:
+            self._idle.discard(ns.node.name)
+
+    def hold(self, name: str, job_id: str) -> None:
+        """A run of ``job_id`` holds resources of node ``name``."""
+        ns = self.nodes[name]
+        ns.jobs.add(job_id)
+        self._idle.discard(name)
+
+    def free(self, name: str, job_id: str) -> None:
+        ns = self.nodes.get(name)
+        if ns is not None:
+            ns.jobs.discard(job_id)
+            if not ns.jobs:
+                self._track(ns)
+
+    def live_nodes(self) -> Iterable[NodeState]:
+        return self.live.values()
+
+    def provisioning(self) -> bool:
+        return any(ns.ready_at is None for ns in self.live.values())
+
+    def gpu_model(self, name: str) -> str:
+        ns = self.nodes.get(name)
+        return ns.node.gpu_model if ns is not None else ""
+
+    def cost_rate_usd_per_hour(self) -> float:
+        return sum(ns.hourly_usd for ns in self.live.values())
+
+    def is_spot(self, name: str) -> bool:
+        ns = self.nodes.get(name)
+        return ns is not None and ns.node.capacity_type is CapacityType.SPOT

@@ -1,0 +1,472 @@
+"""Admission: the checks phase 2 of the cycle runs for each job before it is placed.
+
+An :class:`AdmissionCheck` looks at one job (and its pod request) and returns a :class:`Verdict`:
+
+- admit (``Code.SUCCESS``), possibly with a NARROWED pod request (fewer GPU types, spot only);
+- wait (``Code.UNSCHEDULABLE``): the job stays queued this cycle, with the reason;
+- reject (``Code.UNRESOLVABLE``): the job can never run as asked; it stays queued with the reason
+  (the simulator fails it at the end; the API refuses such a submission up front, see
+  :func:`submission_status`).
+
+Checks are registered by name in :data:`ADMISSION_CHECKS`; the cycle runs the ones its
+:class:`~gpufleet.scheduling.cycle.CycleConfig` lists, in order (default
+``("feasibility", "quota", "budget")``), and stops at the first that does not admit. A check may
+also prepare once per cycle (:meth:`AdmissionCheck.start`, before the queue is ordered).
+
+Built-ins:
+
+- ``feasibility``: could the job ever fit one node of the cluster or an empty node of one of its
+  autoscaling pools (GPU type, GPU memory, sharing mode, GPU count, CPU, memory, spot)? If not it is
+  rejected with what is missing. Pure and shared with the submit path (:func:`submission_status`).
+- ``quota``: Kueue-style quotas with cohorts (:class:`~gpufleet.scheduling.quota.QuotaPolicy`):
+  narrows the GPU types to those the team may use now; when none is left it tries to reclaim
+  quota lent to the cohort and waits.
+- ``budget``: the :class:`CapacityLimit` s in :attr:`ClusterState.limits` (budget throttles, built by
+  ``gpufleet.cost.budgets.capacity_limits``) narrow capacity inside the one cycle: a lower effective
+  priority (applied before the queue is ordered, and undone when no limit covers a job any more), a
+  cap on the GPUs a scope holds at once (what runs plus what this cycle already admitted), and
+  spot-only (the pod is narrowed to spot nodes; jobs that may not run on spot wait).
+
+The scheduling package knows nothing of budgets: a :class:`CapacityLimit` is a neutral description
+(who imposes it, which jobs it covers, what it does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from gpufleet.model.gpu import MILLI, canonical_gpu_name, gpu_model
+from gpufleet.model.job import Job, JobSpec
+from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
+from gpufleet.scheduling.framework import SUCCESS, Code, PolicyContext, Registry, Status
+from gpufleet.scheduling.snapshot import CAPACITY_CODE, SHARING_CODE, BoolArray, ClusterSnapshot, PodRequest
+
+if TYPE_CHECKING:
+    from gpufleet.scheduling.autoscaler import PoolState
+    from gpufleet.scheduling.cycle import ClusterState, Decisions, Scheduler
+
+DEFAULT_CHECKS: tuple[str, ...] = ("feasibility", "quota", "budget")
+
+
+# -- the extension point ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one check says about one job.
+
+    ``pod``: a narrowed request the job must be placed with (None: unchanged). Narrowing only ever
+    removes options (types, capacity kinds), never adds. ``within_nominal``: per GPU-type index,
+    whether the job stays within its team's nominal quota (the quota check sets it; preemption
+    reads it to decide whether the job may reclaim)."""
+
+    status: Status = SUCCESS
+    pod: PodRequest | None = None
+    within_nominal: BoolArray | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status.ok
+
+
+ADMIT = Verdict()
+
+
+def wait(reason: str) -> Verdict:
+    return Verdict(Status(Code.UNSCHEDULABLE, reason))
+
+
+def reject(reason: str) -> Verdict:
+    return Verdict(Status(Code.UNRESOLVABLE, reason))
+
+
+@dataclass(slots=True)
+class AdmissionContext:
+    """What a check may look at in one cycle: the scheduler (quotas, usage, preemption), the state
+    the cycle reads, the time, the decisions so far and the victims chosen in this cycle."""
+
+    scheduler: Scheduler
+    state: ClusterState
+    now: float
+    out: Decisions
+    gone: set[str] = field(default_factory=set)
+    priorities_changed: bool = False  # a check wrote ``Job.priority`` (orderings that index the queue rebuild)
+
+
+class AdmissionCheck(Protocol):
+    name: str
+
+    def start(self, ctx: AdmissionContext) -> None:
+        """Once per cycle, before the queue is ordered (e.g. lower effective priorities)."""
+        ...
+
+    def admit(self, job: Job, pod: PodRequest, ctx: AdmissionContext) -> Verdict:
+        """The verdict for ``job`` whose pod request (possibly narrowed by earlier checks) is ``pod``."""
+        ...
+
+
+AdmissionFactory = Callable[[PolicyContext], AdmissionCheck]
+ADMISSION_CHECKS: Registry[AdmissionFactory] = Registry("admission check")
+
+
+def build_checks(names: Iterable[str], ctx: PolicyContext | None = None) -> list[AdmissionCheck]:
+    pctx = ctx or PolicyContext()
+    return [ADMISSION_CHECKS.get(n)(pctx) for n in names]
+
+
+# -- capacity limits (budget throttles, in neutral terms) -----------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CapacityLimit:
+    """A limit on what a scope of jobs may use, in force for one cycle.
+
+    - ``source``: who imposes it, as reasons name it (``"budget 'alpha'"``);
+    - ``covers``: which jobs it applies to; ``scope``: how reasons name them (``"team:alpha"``);
+    - ``priority``: the effective priority covered jobs drop to (never raised);
+    - ``max_gpus``: GPUs the covered jobs may hold at once;
+    - ``spot_only``: covered jobs start on spot capacity only (jobs that may not run on spot wait).
+    """
+
+    source: str
+    covers: Callable[[Job], bool]
+    scope: str = ""
+    priority: int | None = None
+    max_gpus: float | None = None
+    spot_only: bool = False
+
+    def cap_reason(self, used: float) -> str:
+        cap = self.max_gpus or 0.0
+        return f"{self.source} throttles {self.scope} to {cap:g} GPUs at once ({used:g} held by its running jobs)"
+
+    def spot_reason(self) -> str:
+        return f"{self.source} allows {self.scope} spot capacity only; this job is not preemptible"
+
+
+def job_gpus(job: Job) -> float:
+    return job.spec.total_gpu_milli / MILLI
+
+
+def effective_priority(job: Job, limits: Sequence[CapacityLimit]) -> int:
+    prio = job.spec.priority
+    for lim in limits:
+        if lim.priority is not None and lim.covers(job):
+            prio = min(prio, lim.priority)
+    return prio
+
+
+# -- feasibility ------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One kind of node the cluster has or can get (an existing node or an empty pool node)."""
+
+    gpu_model: str  # canonical; "" for CPU-only
+    gpu_count: int
+    cpu_milli: int
+    memory_mib: int
+    sharing: SharingMode
+    spot: bool
+
+
+def node_shape(node: Node) -> Shape:
+    model = (canonical_gpu_name(node.gpu_model) or node.gpu_model) if node.gpu_count else ""
+    return Shape(
+        model, node.gpu_count, node.cpu_milli, node.memory_mib, node.sharing, node.capacity_type is CapacityType.SPOT
+    )
+
+
+def pool_shape(pool: NodePool) -> Shape:
+    model = (canonical_gpu_name(pool.gpu_model) or pool.gpu_model) if pool.gpus_per_node else ""
+    return Shape(
+        model,
+        pool.gpus_per_node,
+        pool.cpu_milli,
+        pool.memory_mib,
+        pool.sharing,
+        pool.capacity_type is CapacityType.SPOT,
+    )
+
+
+_SHARING_OF_CODE = {v: k for k, v in SHARING_CODE.items()}
+
+
+def snapshot_shapes(snap: ClusterSnapshot, start: int = 0) -> list[Shape]:
+    """The distinct shapes of the snapshot's nodes from row ``start`` on (every node it holds,
+    schedulable or not yet)."""
+    n = snap.n
+    if n <= start:
+        return []
+    rows = np.stack(
+        [
+            snap.gpu_type[start:n],
+            snap.gpu_count[start:n],
+            snap.cpu_cap[start:n],
+            snap.mem_cap[start:n],
+            snap.sharing[start:n],
+            snap.capacity_type[start:n],
+        ],
+        axis=1,
+    )
+    out = []
+    for t, count, cpu, mem, sharing, cap in np.unique(rows, axis=0).tolist():
+        model = snap.gpu_types[t] if t >= 0 and count > 0 else ""
+        out.append(Shape(model, count, cpu, mem, _SHARING_OF_CODE[sharing], cap == CAPACITY_CODE[CapacityType.SPOT]))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What one pod needs of a node, in names (no snapshot indices): the submit path and the cycle
+    share it. ``types``: allowed GPU models (empty: any)."""
+
+    gpu_count: int
+    gpu_milli: int
+    mig_profile: str | None
+    types: frozenset[str]
+    min_gpu_memory_gib: float
+    cpu_milli: int
+    memory_mib: int
+    allow_spot: bool
+    spot_only: bool = False
+
+    @classmethod
+    def of_spec(cls, spec: JobSpec, *, on_demand_only: bool = False) -> Need:
+        return cls(
+            spec.gpu.count,
+            spec.gpu.milli,
+            spec.gpu.mig_profile,
+            frozenset(canonical_gpu_name(t) or t for t in spec.gpu_types),
+            spec.min_gpu_memory_gib,
+            spec.cpu_milli,
+            spec.memory_mib,
+            spec.preemptible and not on_demand_only,
+        )
+
+
+def _most(values: Iterable[float]) -> str:
+    v = max(values, default=0)
+    return f"{v:g}"
+
+
+def infeasibility(need: Need, shapes: Sequence[Shape]) -> tuple[str, str] | None:
+    """Why no shape could ever hold one pod of ``need`` — ``(reason, field)`` naming the job field
+    at fault — or None when at least one could. Filters in a fixed order (GPU type, GPU memory,
+    sharing mode, GPU count, CPU, memory, spot) and names the first requirement nothing meets."""
+    if not shapes:
+        return "the cluster has no node and no autoscaling pool", "gpus"
+    cands = list(shapes)
+    if need.gpu_count:
+        cands = [s for s in cands if s.gpu_count > 0 and s.gpu_model]
+        if not cands:
+            return "no node or pool has GPUs", "gpus"
+        if need.types:
+            typed = [s for s in cands if s.gpu_model in need.types]
+            if not typed:
+                have = sorted({s.gpu_model for s in cands})
+                want = ", ".join(sorted(t for t in need.types if t)) or "none"
+                return f"no node or pool has GPU type {want} (the cluster has: {', '.join(have)})", "gpu_types"
+            cands = typed
+        if need.min_gpu_memory_gib > 0:
+            roomy = [s for s in cands if (gpu_model(s.gpu_model).memory_gib or 0) >= need.min_gpu_memory_gib]
+            if not roomy:
+                most = _most(gpu_model(s.gpu_model).memory_gib for s in cands)
+                return (
+                    f"no node or pool has GPUs with {need.min_gpu_memory_gib:g} GiB of memory (largest: {most} GiB)",
+                    "min_gpu_memory_gib",
+                )
+            cands = roomy
+        if need.mig_profile is not None:
+            prof = need.mig_profile
+            mig = [s for s in cands if s.sharing is SharingMode.MIG and gpu_model(s.gpu_model).mig_profile(prof)]
+            if not mig:
+                return f"no node or pool offers MIG slices '{prof}' (no MIG-mode node with that profile)", "mig"
+            cands = mig
+        elif need.gpu_milli < MILLI:
+            shared = [s for s in cands if s.sharing is SharingMode.SHARED]
+            if not shared:
+                return "no node or pool shares GPUs, so a fraction of a GPU cannot run", "gpu_milli"
+            cands = shared
+        else:
+            whole = [s for s in cands if s.sharing is not SharingMode.MIG]
+            if not whole:
+                return "every node and pool with such GPUs is in MIG mode (no whole GPUs)", "gpus"
+            cands = whole
+            big = [s for s in cands if s.gpu_count >= need.gpu_count]
+            if not big:
+                return f"no node or pool has {need.gpu_count} GPUs (most: {_most(s.gpu_count for s in cands)})", "gpus"
+            cands = big
+    if need.cpu_milli:
+        cpu = [s for s in cands if s.cpu_milli >= need.cpu_milli]
+        if not cpu:
+            most = _most(s.cpu_milli for s in cands)
+            return f"no node or pool that fits the GPUs has {need.cpu_milli} milli-CPU (most: {most})", "cpu_milli"
+        cands = cpu
+    if need.memory_mib:
+        mem = [s for s in cands if s.memory_mib >= need.memory_mib]
+        if not mem:
+            most = _most(s.memory_mib for s in cands)
+            return f"no node or pool that fits the job has {need.memory_mib} MiB of memory (most: {most})", "memory_mib"
+        cands = mem
+    if need.spot_only:
+        if not any(s.spot for s in cands):
+            return "no spot node or pool could ever fit the job, and it may run on spot capacity only", "preemptible"
+    elif not need.allow_spot and all(s.spot for s in cands):
+        return "only spot nodes or pools could fit the job, and it may not run on spot capacity", "preemptible"
+    return None
+
+
+def submission_status(spec: JobSpec, nodes: Sequence[Node], pools: Sequence[NodePool] = ()) -> Status:
+    """Could a job of ``spec`` ever run on one of ``nodes`` or an empty node of one of ``pools``?
+    ``SUCCESS``, or ``UNRESOLVABLE`` with what is missing. The API's submit path and the
+    simulator's submit event call this; the cycle's ``feasibility`` check applies the same rules."""
+    why = infeasibility(Need.of_spec(spec), [*(node_shape(n) for n in nodes), *(pool_shape(p) for p in pools)])
+    return SUCCESS if why is None else Status(Code.UNRESOLVABLE, why[0])
+
+
+# -- built-in checks -------------------------------------------------------------------------------------
+@ADMISSION_CHECKS.register("feasibility")
+class FeasibilityCheck:
+    """Rejects jobs no node or pool of the cluster could ever hold (verdicts cached per pod shape
+    while the node set and the pools stay the same)."""
+
+    name = "feasibility"
+
+    def __init__(self, ctx: PolicyContext | None = None) -> None:
+        self._snap: ClusterSnapshot | None = None
+        self._rows = 0  # rows of the snapshot read: nodes are only ever appended
+        self._node_shapes: set[Shape] = set()
+        self._pools: tuple[int, ...] = ()
+        self._shapes: list[Shape] = []
+        self._cache: dict[tuple[object, ...], Verdict] = {}
+        self._stale = True
+
+    def start(self, ctx: AdmissionContext) -> None:
+        self._stale = True  # look at new nodes and pools on the first admit of the cycle
+
+    def _refresh(self, snap: ClusterSnapshot, pools: Sequence[PoolState]) -> None:
+        self._stale = False
+        changed = False
+        if self._snap is not snap or self._rows > snap.n:
+            self._node_shapes, self._snap, self._rows, changed = set(), snap, 0, True
+        if self._rows < snap.n:
+            before = len(self._node_shapes)
+            self._node_shapes.update(snapshot_shapes(snap, self._rows))
+            self._rows = snap.n
+            changed = changed or len(self._node_shapes) != before
+        pool_ids = tuple(id(ps.pool) for ps in pools)
+        if pool_ids != self._pools:
+            self._pools, changed = pool_ids, True
+        if changed:
+            self._shapes = [*sorted(self._node_shapes, key=repr), *(pool_shape(ps.pool) for ps in pools)]
+            self._cache = {}
+
+    def admit(self, job: Job, pod: PodRequest, ctx: AdmissionContext) -> Verdict:
+        # by the spec's names (a pool may bring a GPU type the snapshot has no index for yet); the
+        # pod's spot rules may be narrower than the spec's (on-demand only after spot restarts)
+        spec = job.spec
+        if self._stale:
+            self._refresh(ctx.state.snapshot, ctx.state.pools)
+        key: tuple[object, ...] = (spec.gpu_types, pod.gpu, pod.cpu_milli, pod.memory_mib, pod.min_gpu_memory_gib)
+        key += (pod.allow_spot, pod.spot_only)
+        hit = self._cache.get(key)
+        if hit is None:
+            need = dataclasses.replace(Need.of_spec(spec), allow_spot=pod.allow_spot, spot_only=pod.spot_only)
+            why = infeasibility(need, self._shapes)
+            hit = self._cache[key] = ADMIT if why is None else reject(why[0])
+        return hit
+
+
+@ADMISSION_CHECKS.register("quota")
+class QuotaCheck:
+    """Quota admission (Kueue semantics) as the cycle always did it: the GPU types the team may use
+    now; none left → reclaim quota lent to the cohort (preempting borrowers) and wait."""
+
+    name = "quota"
+
+    def __init__(self, ctx: PolicyContext | None = None) -> None:
+        pass
+
+    def start(self, ctx: AdmissionContext) -> None:
+        pass
+
+    def admit(self, job: Job, pod: PodRequest, ctx: AdmissionContext) -> Verdict:
+        sched = ctx.scheduler
+        if not sched.quotas or not job.spec.gpu.count:
+            return ADMIT
+        snap = ctx.state.snapshot
+        verdict = sched.quotas.admit(job.team, job.spec.total_gpu_milli, snap.gpu_types, sched.usage)
+        type_ok = pod.type_ok & verdict.type_ok[: len(pod.type_ok)]
+        if not type_ok.any():
+            status = sched._try_reclaim(
+                snap, job, pod, verdict.within_nominal, ctx.state.running, ctx.gone, ctx.out, ctx.now
+            )
+            why = "reclaiming quota lent to the cohort" if status.ok else verdict.reason
+            return Verdict(Status(Code.UNSCHEDULABLE, why), within_nominal=verdict.within_nominal)
+        narrowed = None if np.array_equal(type_ok, pod.type_ok) else dataclasses.replace(pod, type_ok=type_ok)
+        return Verdict(SUCCESS, narrowed, verdict.within_nominal)
+
+
+@ADMISSION_CHECKS.register("budget")
+class BudgetCheck:
+    """The :class:`CapacityLimit` s of :attr:`ClusterState.limits`, applied inside the cycle.
+
+    - priority: before the queue is ordered, every queued and running job's effective priority
+      (``Job.priority``, which ordering and preemption read) is its spec's priority lowered by the
+      limits covering it; once no limit is in force any more, every job gets its spec's back;
+    - max_gpus: a covered job waits when admitting it would take the scope past the cap, counting
+      the GPUs its running jobs hold plus those of the jobs this cycle already admitted;
+    - spot_only: a covered job that may run on spot is narrowed to spot nodes; others wait.
+    """
+
+    name = "budget"
+
+    def __init__(self, ctx: PolicyContext | None = None) -> None:
+        self._limits: Sequence[CapacityLimit] = ()
+        self._used: list[float] = []  # per limit: GPUs held by covered running jobs at the cycle start
+        self._admitted: list[float] = []  # per limit: GPUs of covered jobs admitted in this cycle
+        self._lowered = False  # a previous cycle had limits in force (priorities may be lowered)
+
+    def restore_next(self) -> None:
+        """Give every job its spec's priority back at the next cycle (even if this check did not
+        lower it), flagging those that change for the orderings."""
+        self._lowered = True
+
+    def start(self, ctx: AdmissionContext) -> None:
+        limits = ctx.state.limits
+        self._limits = limits
+        if not limits and not self._lowered:
+            return
+        running = [rj.job for rj in ctx.state.running.values()]
+        for job in (*ctx.state.pending, *running):
+            prio = effective_priority(job, limits)
+            if job.priority != prio:
+                job.priority = prio
+                ctx.priorities_changed = True
+        self._lowered = bool(limits)
+        self._used = [
+            sum(job_gpus(j) for j in running if lim.covers(j)) if lim.max_gpus is not None else 0.0 for lim in limits
+        ]
+        self._admitted = [0.0] * len(limits)
+
+    def admit(self, job: Job, pod: PodRequest, ctx: AdmissionContext) -> Verdict:
+        if not self._limits:
+            return ADMIT
+        mine = [i for i, lim in enumerate(self._limits) if lim.covers(job)]
+        if not mine:
+            return ADMIT
+        need = job_gpus(job)
+        spot = False
+        for i in mine:
+            lim = self._limits[i]
+            if lim.max_gpus is not None and need > lim.max_gpus - self._used[i] - self._admitted[i] + 1e-9:
+                return wait(lim.cap_reason(self._used[i]))
+            if lim.spot_only:
+                if not pod.allow_spot:
+                    return wait(lim.spot_reason())
+                spot = True
+        for i in mine:
+            self._admitted[i] += need
+        if spot and not pod.spot_only:
+            return Verdict(SUCCESS, dataclasses.replace(pod, spot_only=True))
+        return ADMIT
