@@ -178,26 +178,12 @@ def _report(
         unit_prices=unit_prices,
     )
 
-    # Charges per output group: exact cents (held cents × multiplier) per component.
-    shown: dict[tuple[str, ...], _Acc] = {}
-    hidden: dict[tuple[str, ...], _Acc] = {}
-    for line in alloc.rows:
-        key = line.key
-        visible = (team_at < 0 or key[team_at] == filters.team) and all(
-            key[i] == filters.labels[k] for k, i in label_at.items()
-        )
-        mult = rules.priority_multiplier(key[prio_at]) if rules is not None and prio_at >= 0 else 1
-        out_key = key[:n]
-        bucket = shown if visible else hidden
-        acc = bucket.get(out_key)
-        if acc is None:
-            acc = bucket[out_key] = _Acc()
-        acc.add(line, mult)
-
-    rows = tuple(shown[k].line(k) for k in sorted(shown))
-    hidden_lines = [hidden[k].line(k) for k in sorted(hidden)]
-    other = _sum_lines((OTHER_KEY,) * n, hidden_lines)
-    adjustment = _adjustment_line((ADJUSTMENT_KEY,) * n, [*shown.values(), *hidden.values()])
+    if group == fields and prio_at < 0 and filters.empty:
+        # nothing filtered, no multiplier: each allocation row is a report row, charged as held
+        rows = tuple(_line(line.key, line) for line in sorted(alloc.rows, key=lambda ln: ln.key))
+        other, adjustment = _sum_lines((OTHER_KEY,) * n, []), _adjustment_line((ADJUSTMENT_KEY,) * n, [])
+    else:
+        rows, other, adjustment = _charged(alloc, n, team_at, label_at, prio_at, filters, rules)
 
     idle = _line((IDLE_KEY,) * n, alloc.idle)
     res_costs: list[ReservationCost] = (
@@ -242,6 +228,39 @@ def _report(
         filters=filters,
         rules_source=None if rules is None else rules.source,
     )
+
+
+def _charged(
+    alloc: Allocation,
+    n: int,
+    team_at: int,
+    label_at: dict[str, int],
+    prio_at: int,
+    filters: Filters,
+    rules: PricingRules | None,
+) -> tuple[tuple[ReportLine, ...], ReportLine, ReportLine]:
+    """Charges per output group — exact cents (held cents × multiplier) per component — the rows
+    shown, the rows filtered away (one "other" line) and the rounding adjustment."""
+    shown: dict[tuple[str, ...], _Acc] = {}
+    hidden: dict[tuple[str, ...], _Acc] = {}
+    for line in alloc.rows:
+        key = line.key
+        visible = (team_at < 0 or key[team_at] == filters.team) and all(
+            key[i] == filters.labels[k] for k, i in label_at.items()
+        )
+        mult = rules.priority_multiplier(key[prio_at]) if rules is not None and prio_at >= 0 else 1
+        out_key = key[:n]
+        bucket = shown if visible else hidden
+        acc = bucket.get(out_key)
+        if acc is None:
+            acc = bucket[out_key] = _Acc()
+        acc.add(line, mult)
+
+    rows = tuple(shown[k].line(k) for k in sorted(shown))
+    hidden_lines = [hidden[k].line(k) for k in sorted(hidden)]
+    other = _sum_lines((OTHER_KEY,) * n, hidden_lines)
+    adjustment = _adjustment_line((ADJUSTMENT_KEY,) * n, [*shown.values(), *hidden.values()])
+    return rows, other, adjustment
 
 
 class _Acc:

@@ -3,10 +3,13 @@ runs where. Filled from the backend's inventory and node events; never reads the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufleet.model.node import CapacityType, Node, NodePool
+from gpufleet.scheduling.admission import Shape, node_shape, pool_shape
 from gpufleet.scheduling.autoscaler import PoolState
 from gpufleet.scheduling.snapshot import ClusterSnapshot
 
@@ -32,25 +35,57 @@ class ClusterView:
         self._ready_count: dict[str, int] = {}
         self._prov_count: dict[str, int] = {}
         self._idle: set[str] = set()  # ready, schedulable nodes of autoscaled pools running nothing
+        self._shapes: Counter[Shape] = Counter()  # kinds of live nodes (feasibility at submit)
+        # answers that change only when nodes come, go or become ready: cached per version
+        self._version = 0
+        self._cached: dict[str, tuple[int, Any]] = {}
 
     # -- pools -------------------------------------------------------------------------------------
+    def _memo(self, name: str, compute: Callable[[], Any]) -> Any:
+        hit = self._cached.get(name)
+        if hit is not None and hit[0] == self._version:
+            return hit[1]
+        value = compute()
+        self._cached[name] = (self._version, value)
+        return value
+
+    def shapes(self) -> list[Shape]:
+        """The kinds of node the cluster has (live nodes) or can get (autoscaled pools)."""
+
+        def compute() -> list[Shape]:
+            out = [shape for shape, k in self._shapes.items() if k > 0]
+            return out + [pool_shape(p) for p in self.pools.values() if p.max_nodes > 0]
+
+        return list(self._memo("shapes", compute))
+
     def add_pool(self, pool: NodePool, hourly_usd: float) -> None:
         self.pools[pool.name] = pool
         self._pool_price[pool.name] = hourly_usd
+        self._version += 1
         self._ready_count.setdefault(pool.name, 0)
         self._prov_count.setdefault(pool.name, 0)
 
     def pool_states(self) -> list[PoolState]:
-        return [
-            PoolState(pool, self._ready_count[name], self._prov_count[name], self._pool_price[name])
-            for name, pool in self.pools.items()
-            if pool.max_nodes > 0
-        ]
+        def compute() -> list[PoolState]:
+            return [
+                PoolState(pool, self._ready_count[name], self._prov_count[name], self._pool_price[name])
+                for name, pool in self.pools.items()
+                if pool.max_nodes > 0
+            ]
+
+        return list(self._memo("pool_states", compute))
 
     def above_min(self) -> bool:
         """Some autoscaled pool has more live nodes than its minimum (scale-down may act)."""
-        return any(
-            self._ready_count[n] + self._prov_count[n] > p.min_nodes for n, p in self.pools.items() if p.max_nodes > 0
+        return bool(
+            self._memo(
+                "above_min",
+                lambda: any(
+                    self._ready_count[n] + self._prov_count[n] > p.min_nodes
+                    for n, p in self.pools.items()
+                    if p.max_nodes > 0
+                ),
+            )
         )
 
     # -- nodes -------------------------------------------------------------------------------------
@@ -61,8 +96,10 @@ class ClusterView:
         ns = NodeState(node, idx, hourly_usd, requested_at=now)
         self.nodes[node.name] = ns
         self.live[node.name] = ns
+        self._shapes[node_shape(node)] += 1
         if node.pool in self._prov_count:
             self._prov_count[node.pool] += 1
+        self._version += 1
         return ns
 
     def ready(self, name: str, now: float) -> None:
@@ -74,6 +111,7 @@ class ClusterView:
         if ns.node.pool in self._prov_count:
             self._prov_count[ns.node.pool] -= 1
             self._ready_count[ns.node.pool] += 1
+        self._version += 1
         self._track(ns)
 
     def cordon(self, name: str) -> None:
@@ -86,9 +124,11 @@ class ClusterView:
         self.snapshot.schedulable[ns.index] = False
         del self.live[name]
         self._idle.discard(name)
+        self._shapes[node_shape(ns.node)] -= 1
         if ns.node.pool in self._prov_count:
             counter = self._ready_count if ns.ready_at is not None else self._prov_count
             counter[ns.node.pool] -= 1
+        self._version += 1
 
     def idle_autoscaled(self) -> bool:
         """Is some ready, schedulable node of an autoscaled pool running nothing?"""

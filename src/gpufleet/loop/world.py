@@ -43,7 +43,7 @@ from gpufleet.loop.metering import Share, run_shares
 from gpufleet.loop.state import RunEnd, StateStore
 from gpufleet.model.job import Job, JobState
 from gpufleet.model.node import Node
-from gpufleet.scheduling.admission import CapacityLimit, submission_status
+from gpufleet.scheduling.admission import CapacityLimit, Need, infeasibility
 from gpufleet.scheduling.cycle import ClusterState, Decisions, Placement, Scheduler
 from gpufleet.scheduling.framework import Status
 from gpufleet.scheduling.preemption import RunningJob
@@ -246,14 +246,13 @@ class WorldLoop:
         or pool could ever hold it, CANCELLED when a ``block`` budget refuses it). A world calls it
         where a job is submitted, before the job is stored: the simulator's submit event here, the
         API in the transaction that inserts the job — the same rules
-        (:func:`gpufleet.scheduling.admission.submission_status`,
+        (:func:`gpufleet.scheduling.admission.submission_status`'s, over the cluster's node kinds;
         :func:`gpufleet.loop.budgets.block_refusal`)."""
-        nodes = [ns.node for ns in self.cluster.live_nodes()]
-        pools = [p for p in self.cluster.pools.values() if p.max_nodes > 0]
-        if nodes or pools:  # nothing is refused before any capacity is known
-            fits = submission_status(job.spec, nodes, pools)
-            if not fits.ok:
-                reason = f"unschedulable: {fits.reason}"
+        shapes = self.cluster.shapes()
+        if shapes:  # nothing is refused before any capacity is known
+            why = infeasibility(Need.of_spec(job.spec, on_demand_only=job.on_demand_only), shapes)
+            if why is not None:
+                reason = f"unschedulable: {why[0]}"
                 self._end(job, JobState.FAILED, reason, now)
                 return reason
         refused = self.budgets.refuse(job, now, self) if self.budgets is not None else None
