@@ -24,7 +24,8 @@ from gpufleet.scheduling.admission import (
     wait,
 )
 from gpufleet.scheduling.autoscaler import PoolState
-from gpufleet.scheduling.cycle import ClusterState, Decisions, Scheduler
+from gpufleet.scheduling.cycle import Scheduler
+from gpufleet.scheduling.decisions import ClusterState, Decisions
 from gpufleet.scheduling.framework import Code, PolicyContext, SortContext
 from gpufleet.scheduling.preemption import RunningJob
 from gpufleet.scheduling.profile import load_profile

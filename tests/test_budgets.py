@@ -16,7 +16,7 @@ from gpufleet.cost.periods import period_at
 from gpufleet.errors import InputError
 from gpufleet.model.job import GpuRequest, Job, JobSpec
 from gpufleet.model.node import CapacityType, Node
-from gpufleet.scheduling.cycle import ClusterState
+from gpufleet.scheduling.decisions import ClusterState
 from gpufleet.scheduling.preemption import RunningJob
 from gpufleet.scheduling.profile import load_profile
 from gpufleet.scheduling.snapshot import ClusterSnapshot

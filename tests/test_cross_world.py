@@ -24,6 +24,7 @@ from typing import Any, cast
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gpufleet.backends.base import EventKind
 from gpufleet.clock import SimClock
@@ -115,6 +116,13 @@ def workload() -> Trace:
         )
         jobs.append(TraceJob(97.0 * i + 3.0, spec))
     return Trace("cross-world", jobs)
+
+
+def insert(s: Session, fields: dict[str, Any], team: str, now: float, jid: str) -> None:
+    """Store a submission with the simulator's job id (the store's insert, as the API's)."""
+    repo.submit_job(
+        s, fields, team=team, submitted_by=None, idempotency_key=None, request_sha256=None, now=now, job_id=jid
+    )
 
 
 @dataclass
@@ -216,16 +224,7 @@ def run_server_loop(db: Database, tmp: Path) -> tuple[Outcome, dict[str, list[st
         try:
             with db.session() as s:  # what the API does: the block check in the inserting transaction
                 check_submission(s, fields, spec.team, now)
-                repo.submit_job(
-                    s,
-                    fields,
-                    team=spec.team,
-                    submitted_by=None,
-                    idempotency_key=None,
-                    request_sha256=None,
-                    now=now,
-                    job_id=job_id(i),
-                )
+                insert(s, fields, spec.team, now, job_id(i))
         except BudgetExceededError:
             refused.add(spec.name)
             return
@@ -382,16 +381,7 @@ def test_live_server_loop_matches_the_simulator(tmp_path: Path) -> None:
                     "estimated_runtime_s": secs,
                 }
                 with db.session() as s:
-                    repo.submit_job(
-                        s,
-                        fields,
-                        team=spec.team,
-                        submitted_by=None,
-                        idempotency_key=None,
-                        request_sha256=None,
-                        now=now,
-                        job_id=job_id(submitted),
-                    )
+                    insert(s, fields, spec.team, now, job_id(submitted))
                 submitted += 1
             ctl.tick()
             with db.session(readonly=True) as s:

@@ -9,7 +9,8 @@ import pytest
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job, JobState
 from gpufleet.model.quota import Quota
-from gpufleet.scheduling.cycle import ClusterState, Decisions, Scheduler
+from gpufleet.scheduling.cycle import Scheduler
+from gpufleet.scheduling.decisions import ClusterState, Decisions
 from gpufleet.scheduling.preemption import RunningJob
 from gpufleet.scheduling.profile import load_profile
 from gpufleet.scheduling.quota import QuotaPolicy

@@ -20,7 +20,7 @@ from gpufleet.cost.allocation import allocate
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import GpuRequest, JobSpec
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
-from gpufleet.scheduling.cycle import ClusterState, Decisions
+from gpufleet.scheduling.decisions import ClusterState, Decisions
 from gpufleet.scheduling.profile import load_profile
 from gpufleet.sim.engine import SimOptions, Simulation
 from gpufleet.sim.results import SimResult

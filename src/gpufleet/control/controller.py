@@ -40,7 +40,8 @@ from gpufleet.loop.world import ActiveRun, LoopConfig, WorldLoop
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job, JobState
 from gpufleet.model.node import Node
-from gpufleet.scheduling.cycle import Decisions, Scheduler
+from gpufleet.scheduling.cycle import Scheduler
+from gpufleet.scheduling.decisions import Decisions
 from gpufleet.scheduling.estimate import estimate_starts
 from gpufleet.scheduling.preemption import RunningJob
 from gpufleet.scheduling.profile import Profile

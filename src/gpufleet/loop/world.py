@@ -44,7 +44,8 @@ from gpufleet.loop.state import RunEnd, StateStore
 from gpufleet.model.job import Job, JobState
 from gpufleet.model.node import Node
 from gpufleet.scheduling.admission import CapacityLimit, Need, infeasibility
-from gpufleet.scheduling.cycle import ClusterState, Decisions, Placement, Scheduler
+from gpufleet.scheduling.cycle import Scheduler
+from gpufleet.scheduling.decisions import ClusterState, Decisions, Placement
 from gpufleet.scheduling.framework import Status
 from gpufleet.scheduling.preemption import RunningJob
 from gpufleet.scheduling.quota import QuotaPolicy

@@ -48,7 +48,8 @@ from gpufleet.scheduling.snapshot import CAPACITY_CODE, SHARING_CODE, BoolArray,
 
 if TYPE_CHECKING:
     from gpufleet.scheduling.autoscaler import PoolState
-    from gpufleet.scheduling.cycle import ClusterState, Decisions, Scheduler
+    from gpufleet.scheduling.cycle import Scheduler
+    from gpufleet.scheduling.decisions import ClusterState, Decisions
 
 DEFAULT_CHECKS: tuple[str, ...] = ("feasibility", "quota", "budget")
 
