@@ -516,10 +516,7 @@ class WorldLoop:
             self._end(job, applied, reason if applied is target else "cancelled by request", ended)
 
     def _end(self, job: Job, state: JobState, reason: str, now: float) -> None:
-        if job.state is JobState.RUNNING and state is JobState.CANCELLED:
-            job.transition(JobState.CANCELLED, now, reason)
-        else:
-            job.transition(state, now, reason)
+        job.transition(state, now, reason)
         job.end_time = now
         self.scheduler.forget(job.id)
 
