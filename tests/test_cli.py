@@ -108,3 +108,25 @@ def test_examples_run() -> None:
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout.strip().splitlines()[-1])["jobs"] == 80
+
+
+@pytest.mark.parametrize(
+    ("query", "rows", "code"),
+    [
+        ("A100", {"A100-40GB", "A100-80GB"}, 0),  # a family: both A100 models
+        ("a100-80gb", {"A100-80GB"}, 0),  # any spelling of a model
+        ("g5", {"A10G"}, 0),  # an offering
+        ("H200", set(), 2),  # not in the catalog: an error naming --gpu, not an empty table
+        ("G2", set(), 2),
+    ],
+    ids=["family", "model", "offering", "absent-model", "unknown-name"],
+)
+def test_prices_filters_by_gpu_and_says_when_nothing_matches(query: str, rows: set[str], code: int) -> None:
+    """``prices --gpu A100`` printed an empty table and exit 0 (issue 10, observation 9)."""
+    r = runner.invoke(app, ["prices", "--gpu", query], env={"COLUMNS": "200"})
+    assert r.exit_code == code, r.output
+    if code:
+        assert "--gpu" in r.output and "A100-80GB" in r.output  # what the catalog does have
+    else:
+        models = {m for m in ("A10", "A100-40GB", "A100-80GB", "A10G", "H100-80GB", "L4", "T4") if f" {m} " in r.output}
+        assert models == rows, r.output

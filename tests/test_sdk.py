@@ -503,3 +503,18 @@ class TestRoundTrip:
             with pytest.raises(Unauthorized) as ei:
                 nobody.whoami()
             assert str(ei.value).startswith("401 ")
+
+
+def test_a_budget_refusal_is_a_conflict_with_the_budget_checks_exit_code() -> None:
+    """A 402 from a ``block`` budget was "other error" (exit 8) while ``budget check`` exits 6 for the
+    same condition (issue 10, observation 7): it is a :class:`BudgetExceeded`, a conflict."""
+    from gpufleet.cli.render import EXIT_CONFLICT, exit_code_for
+    from gpufleet.sdk import BudgetExceeded
+    from gpufleet.sdk.errors import error_from_response
+
+    body = {"type": "about:blank", "title": "Payment Required", "status": 402, "code": "budget_exceeded",
+            "detail": "budget 'alpha-cap' would be exceeded"}
+    err = error_from_response(httpx.Response(402, json=body, headers={"content-type": "application/problem+json"}))
+    assert isinstance(err, BudgetExceeded) and isinstance(err, ConflictError)
+    assert exit_code_for(err) == EXIT_CONFLICT == 6
+    assert "alpha-cap" in str(err)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from gpufleet import __version__
 from gpufleet.cli import cost, jobs
-from gpufleet.cli.common import console, handle_errors
+from gpufleet.cli.common import console, fail, handle_errors
 from gpufleet.cli.db import db_app
 from gpufleet.cli.experiment import experiment_app
 from gpufleet.cli.simulate import simulate
@@ -41,25 +41,43 @@ def version() -> None:
 @app.command()
 @handle_errors
 def prices(
-    gpu: Annotated[str | None, typer.Option(help="only this GPU model")] = None,
+    gpu: Annotated[
+        str | None, typer.Option(help="only this GPU: a model (A100-80GB), a family (A100) or an offering (g5)")
+    ] = None,
     path: Annotated[str | None, typer.Option(help="a price catalog CSV (default: the bundled one)")] = None,
 ) -> None:
     """Show the GPU price catalog with its provenance."""
     from gpufleet.io.catalog import load_catalog
 
     cat = load_catalog(path)
+    entries = [e for e in cat.entries if gpu is None or _gpu_matches(gpu, e.gpu, e.offering)]
+    if not entries:
+        models = ", ".join(sorted({e.gpu for e in cat.entries}))
+        raise fail(f"--gpu: no entry of the catalog is a '{gpu}' (its GPU models: {models})")
     table = Table(title=f"GPU prices — {cat.provenance.path} (sha256 {cat.provenance.sha256[:12]})")
     for col in ("provider", "region", "offering", "gpu", "gpus", "on-demand $/h", "spot $/h", "$/GPU-h"):
         table.add_column(col)
-    for e in cat.entries:
-        if gpu and e.gpu != gpu:
-            continue
+    for e in entries:
         spot = "–" if not e.has_spot else f"{e.spot_usd_per_hour_min:.4f}–{e.spot_usd_per_hour_max:.4f}"
         table.add_row(e.provider, e.region, e.offering, e.gpu, str(e.gpu_count), f"{e.on_demand_usd_per_hour:.4f}",
                       spot, f"{e.on_demand_usd_per_hour / e.gpu_count:.4f}")
     console.print(table)
     for w in cat.warnings:
         console.print(f"[yellow]warning:[/] {w}")
+
+
+def _gpu_matches(query: str, model: str, offering: str) -> bool:
+    """Does ``--gpu query`` name this entry: its model (any spelling the GPU table knows), its
+    family (``A100`` for ``A100-40GB`` and ``A100-80GB``) or the start of its offering (``g5``)?"""
+    from gpufleet.model.gpu import canonical_gpu_name
+
+    q = query.strip().lower()
+    return bool(q) and (
+        model == canonical_gpu_name(query)
+        or model.lower() == q
+        or model.lower().split("-")[0] == q
+        or offering.lower().startswith(q)
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from gpufleet.sdk.client import AsyncClient, Client
 from gpufleet.sdk.errors import (
     ApiError,
     ApiUnavailable,
+    BudgetExceeded,
     Conflict,
     Forbidden,
     InvalidRequest,
@@ -27,6 +28,7 @@ __all__ = [
     "ApiError",
     "ApiUnavailable",
     "AsyncClient",
+    "BudgetExceeded",
     "Client",
     "Conflict",
     "Forbidden",

@@ -106,6 +106,11 @@ class Conflict(ApiError, ConflictError):
     """409: the request conflicts with stored state (e.g. an idempotency key reused for another job)."""
 
 
+class BudgetExceeded(ApiError, ConflictError):
+    """402: a ``block`` budget refuses the job (its estimate would take the committed spend past the
+    limit): the same condition ``gpufleet budget check`` reports, with the same exit code (6)."""
+
+
 class ApiUnavailable(ApiError, StoreError):
     """502 / 503 / 504 after every retry: the server is up but cannot serve (store down, overloaded)."""
 
@@ -113,6 +118,7 @@ class ApiUnavailable(ApiError, StoreError):
 _BY_STATUS: dict[int, type[ApiError]] = {
     400: InvalidRequest,
     401: Unauthorized,
+    402: BudgetExceeded,
     403: Forbidden,
     404: NotFound,
     409: Conflict,
