@@ -121,9 +121,14 @@ def test_examples_run() -> None:
     ],
     ids=["family", "model", "offering", "absent-model", "unknown-name"],
 )
-def test_prices_filters_by_gpu_and_says_when_nothing_matches(query: str, rows: set[str], code: int) -> None:
+def test_prices_filters_by_gpu_and_says_when_nothing_matches(
+    query: str, rows: set[str], code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``prices --gpu A100`` printed an empty table and exit 0 (issue 10, observation 9)."""
-    r = runner.invoke(app, ["prices", "--gpu", query], env={"COLUMNS": "200"})
+    from gpufleet.cli.common import console
+
+    monkeypatch.setattr(console, "width", 220)  # whole cells, whatever terminal runs the tests
+    r = runner.invoke(app, ["prices", "--gpu", query])
     assert r.exit_code == code, r.output
     if code:
         assert "--gpu" in r.output and "A100-80GB" in r.output  # what the catalog does have
