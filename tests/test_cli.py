@@ -135,3 +135,15 @@ def test_prices_filters_by_gpu_and_says_when_nothing_matches(
     else:
         models = {m for m in ("A10", "A100-40GB", "A100-80GB", "A10G", "H100-80GB", "L4", "T4") if f" {m} " in r.output}
         assert models == rows, r.output
+
+
+def test_version_and_flags_in_help() -> None:
+    """No ``--version``; flags printed ``<bool>`` in help as if they took a value (issue 10, observation 14)."""
+    from gpufleet import __version__
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == __version__
+    for cmd in (["submit", "--help"], ["ls", "--help"], ["simulate", "--help"]):
+        r = runner.invoke(app, cmd)
+        assert r.exit_code == 0 and "<bool>" not in r.output, r.output
+    assert "<int>" in runner.invoke(app, ["submit", "--help"]).output  # options that take a value keep it

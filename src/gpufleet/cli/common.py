@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -17,6 +17,24 @@ R = TypeVar("R")
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _flags_take_no_value() -> None:
+    """Typer 0.2x prints ``<bool>`` in the type column of a flag (``--json <bool>``), as if it took a
+    value. A flag (``--json``, ``--wait``, ``--help``) shows no type; every other option keeps its."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:  # a Typer that renders flags without a type
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
 
 EXIT_INPUT = 2  # bad input (file, config, argument)
 

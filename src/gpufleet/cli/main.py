@@ -22,6 +22,21 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+def _version(value: bool) -> None:
+    if value:
+        console.print(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Cost-aware GPU scheduler and cost manager."""
+
+
 app.command("up")(up)
 app.add_typer(db_app, name="db", help="The store's schema: apply migrations, show the current one.")
 app.command("simulate")(simulate)
