@@ -52,3 +52,26 @@ def test_what_fits_is_queued_and_nothing_is_judged_before_a_node_is_known(api: A
     assert api.submit("alice", name="early", gpus=9)["state"] == "PENDING"  # no node registered yet
     with_host(api)
     assert api.submit("alice", name="fits", gpus=8, cpu_milli=32000, memory_mib=262144)["state"] == "PENDING"
+
+
+def test_a_job_shows_what_it_asked_for(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    """Requested CPU and memory appeared in neither ``show`` nor ``show --json`` (issue 10, obs. 12)."""
+    from gpufleet.cli.render import print_job
+    from gpufleet.wire import JobOut
+
+    job = api.submit(
+        "alice",
+        name="r",
+        gpus=1,
+        cpu_milli=4000,
+        memory_mib=16384,
+        estimated_runtime_s=600.0,
+        checkpoint_interval_s=300.0,
+        budget_usd=5.0,
+    )
+    got = api.client.get(f"/v1/jobs/{job['id']}", headers=api.h("alice")).json()
+    assert (got["cpu_milli"], got["memory_mib"], got["estimated_runtime_s"]) == (4000, 16384, 600.0)
+    assert (got["checkpoint_interval_s"], got["budget_usd"]) == (300.0, 5.0)
+    print_job(JobOut.model_validate(got), [])
+    text = capsys.readouterr().out
+    assert "4 CPU · 16 GiB memory" in text and "job budget" in text and "$5.00" in text

@@ -202,6 +202,13 @@ class JobOut(_Out):
     placement: list[Placement]
     cancel_requested: bool
     run_as: str | None = None  # the Unix account it runs as (None: the server's own)
+    # what it asked for besides GPUs (0: nothing), and what it declared about itself
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    min_gpu_memory_gib: float = 0.0
+    estimated_runtime_s: float | None = None
+    checkpoint_interval_s: float | None = None
+    budget_usd: float | None = None
 
     @property
     def terminal(self) -> bool:

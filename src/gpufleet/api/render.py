@@ -61,6 +61,12 @@ def job_out(row: JobRow) -> JobOut:
         placement=placement(row.placement),
         cancel_requested=bool(row.cancel_requested),
         run_as=row.run_as,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        min_gpu_memory_gib=row.min_gpu_memory_gib,
+        estimated_runtime_s=row.estimated_runtime_s,
+        checkpoint_interval_s=row.checkpoint_interval_s,
+        budget_usd=row.budget_usd,
     )
 
 

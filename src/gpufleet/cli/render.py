@@ -247,8 +247,14 @@ def print_job(job: JobOut, events: Sequence[JobEventOut]) -> None:
         ("submitted", f"{job.submitted_at:%Y-%m-%d %H:%M:%S %Z} ({ago(job.submitted_at, now)})"),
         ("runtime", humanize_duration(runtime(job, now))),
     ]
+    if job.cpu_milli or job.memory_mib:
+        rows.append(("requests", f"{job.cpu_milli / 1000:g} CPU · {job.memory_mib / 1024:g} GiB memory"))
     if job.max_runtime_s:
         rows.append(("max runtime", humanize_duration(job.max_runtime_s)))
+    if job.estimated_runtime_s:
+        rows.append(("estimated runtime", humanize_duration(job.estimated_runtime_s)))
+    if job.budget_usd is not None:
+        rows.append(("job budget", f"${job.budget_usd:,.2f}"))
     if job.placement:
         rows.append(("placement", ", ".join(f"{p.node} gpu{p.gpus}" for p in job.placement)))
     if job.exit_code is not None:
