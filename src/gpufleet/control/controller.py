@@ -30,7 +30,7 @@ from gpufleet.backends.base import Backend, BackendEvent, EventKind, RecoveredSt
 from gpufleet.clock import Clock, WallClock
 from gpufleet.control.budgets import BudgetService
 from gpufleet.control.leader import FileLeadership, Leadership, PgLeadership
-from gpufleet.control.sqlstate import SqlState
+from gpufleet.control.sqlstate import QUOTA_REFRESH_S, SqlState
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.forecast import parse_progress_file
 from gpufleet.errors import GpufleetError
@@ -73,7 +73,7 @@ class ControllerConfig:
     replica: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     min_cycle_gap_s: float = MIN_CYCLE_GAP_S
     cycle_cost_factor: float = CYCLE_COST_FACTOR  # 0 where the clock is simulated (deterministic)
-    quota_refresh_s: float = 2.0
+    quota_refresh_s: float = QUOTA_REFRESH_S
     max_retries: int = 0  # a failed run is requeued this many times before its job fails
 
 

@@ -113,7 +113,13 @@ class SqlState:
                     repo.remove_node(s, row.name, now)
 
     def bind(
-        self, job: Job, placement: tuple[PodPlacement, ...], node: Node | None, hourly_usd: float, now: float
+        self,
+        job: Job,
+        placement: tuple[PodPlacement, ...],
+        node: Node | None,
+        hourly_usd: float,
+        reason: str,
+        now: float,
     ) -> LaunchSpec | None:
         with self._session() as s:
             row = repo.get_job(s, job.id, for_update=True)
@@ -122,10 +128,7 @@ class SqlState:
                 return None
             run = row.run + 1
             node_name = node.name if node is not None else ""
-            where = ", ".join(f"{p.node} GPU {','.join(map(str, p.gpus)) or '-'}" for p in placement) or node_name
-            repo.transition(
-                s, row, "ADMITTED", f"placed on {where}", now, run=run, placement=placement_to_json(placement)
-            )
+            repo.transition(s, row, "ADMITTED", reason, now, run=run, placement=placement_to_json(placement))
             repo.open_run(
                 s,
                 job_id=job.id,

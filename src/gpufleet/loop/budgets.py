@@ -38,7 +38,7 @@ from gpufleet.cost.job_estimate import estimate_for, usd_per_gpu_hour
 from gpufleet.cost.ledger import Ledger
 from gpufleet.cost.periods import Period
 from gpufleet.cost.rules import PricingRules
-from gpufleet.cost.spend import job_costs_usd, scope_spend_usd
+from gpufleet.cost.spend import scope_spend_usd
 from gpufleet.model.job import Job
 
 if TYPE_CHECKING:
@@ -265,6 +265,3 @@ class LedgerBook:
                 }
             )
         return True
-
-    def job_cost(self, start: float, now: float) -> dict[str, float]:
-        return job_costs_usd(self.ledger, self.rules, start, max(now, start + 1e-6), as_of=now)

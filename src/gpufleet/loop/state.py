@@ -71,10 +71,16 @@ class StateStore(Protocol):
     def node_removed(self, name: str, now: float) -> None: ...
 
     def bind(
-        self, job: Job, placement: tuple[PodPlacement, ...], node: Node | None, hourly_usd: float, now: float
+        self,
+        job: Job,
+        placement: tuple[PodPlacement, ...],
+        node: Node | None,
+        hourly_usd: float,
+        reason: str,
+        now: float,
     ) -> LaunchSpec | None:
-        """``PENDING → ADMITTED`` with a new run, before the launch; None when the job may no longer
-        start (cancelled or changed meanwhile)."""
+        """``PENDING → ADMITTED`` (with ``reason``) and a new run, before the launch; None when the
+        job may no longer start (cancelled or changed meanwhile)."""
         ...
 
     def launch_failed(self, job: Job, run: int, reason: str, now: float) -> None:
@@ -105,14 +111,10 @@ class MemoryState:
         self._incoming: list[Job] = []
         self._runs: dict[str, int] = {}
         self._open: dict[tuple[str, int], list[SegmentHandle]] = {}
-        self._quotas: list[Quota] | None = None
 
     # -- what the world feeds in ---------------------------------------------------------------------
     def submit(self, job: Job) -> None:
         self._incoming.append(job)
-
-    def set_quotas(self, quotas: Sequence[Quota]) -> None:
-        self._quotas = list(quotas)
 
     # -- the StateStore protocol ---------------------------------------------------------------------
     def take_new(self, now: float) -> list[Job]:
@@ -123,8 +125,7 @@ class MemoryState:
         return []
 
     def quotas(self, now: float) -> list[Quota] | None:
-        out, self._quotas = self._quotas, None
-        return out
+        return None  # the simulator's quotas are its profile's, fixed for the run
 
     def node_added(self, node: Node, hourly_usd: float, now: float) -> None:
         self.ledger.open_node(node, hourly_usd=hourly_usd, start=now)
@@ -133,7 +134,13 @@ class MemoryState:
         self.ledger.close_node(name, now)
 
     def bind(
-        self, job: Job, placement: tuple[PodPlacement, ...], node: Node | None, hourly_usd: float, now: float
+        self,
+        job: Job,
+        placement: tuple[PodPlacement, ...],
+        node: Node | None,
+        hourly_usd: float,
+        reason: str,
+        now: float,
     ) -> LaunchSpec | None:
         run = self._runs.get(job.id, 0) + 1
         self._runs[job.id] = run

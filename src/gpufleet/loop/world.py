@@ -331,15 +331,16 @@ class WorldLoop:
         placement = tuple(snap.placement_of(a) for a in pl.assignments)
         node_name = placement[0].node if placement else next(iter(self.cluster.live), "")
         ns = self.cluster.nodes.get(node_name)
-        launch = self.state.bind(job, placement, ns.node if ns else None, ns.hourly_usd if ns else 0.0, now)
+        where = ", ".join(f"{p.node} GPU {','.join(map(str, p.gpus)) or '-'}" for p in placement) or node_name
+        reason = f"placed on {where}"
+        launch = self.state.bind(job, placement, ns.node if ns else None, ns.hourly_usd if ns else 0.0, reason, now)
         if launch is None:  # cancelled (or changed) since the cycle saw it
             self.scheduler.unreserve(pl, snap, now)
             self.pending.pop(job.id, None)
             self.scheduler.forget(job.id)
             return
         del self.pending[job.id]
-        where = ", ".join(f"{p.node} GPU {','.join(map(str, p.gpus)) or '-'}" for p in placement) or node_name
-        job.transition(JobState.ADMITTED, now, f"placed on {where}")
+        job.transition(JobState.ADMITTED, now, reason)
         job.placement = placement
         try:
             handle = self.backend.launch(
