@@ -87,8 +87,8 @@ def test_history_as_a_trace() -> None:
     assert tr.jobs[0].spec.gpu.milli == 500 and tr.jobs[1].spec.preemptible
     assert tr.jobs[2].spec.gang_size == 2 and tr.jobs[2].spec.gpu_types == frozenset({"A100-80GB"})
     assert peak_whole_gpus(tr) == 16 + 2  # j2 and j3 overlap
-    shapes = base_shapes(tr)
-    assert shapes[0][1] == 3  # ceil(18 / 8) V100 nodes
+    shapes = base_shapes(tr)  # j3 may only use A100-80GB: its own nodes; j1 and j2 the default V100s
+    assert [(sh.gpu_model, n) for sh, n in shapes] == [("A100-80GB", 2), ("V100-16GB", 1)]
     r = run_whatif(tr, "gpu-type:A100-80GB", options=OPTS)
     assert r.variant.completed == 3
 

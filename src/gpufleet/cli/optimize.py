@@ -18,6 +18,7 @@ from gpufleet.cost.roi import format_roi
 from gpufleet.wire import RecommendationOut, RoiOut
 
 if TYPE_CHECKING:
+    from gpufleet.model.node import Node
     from gpufleet.sim.traces.base import Trace
 
 
@@ -80,19 +81,21 @@ def roi_command(
     typer.echo(render_roi(report, fmt), nl=False)
 
 
-def _history_trace(window: str, db_url: str | None, limit: int | None) -> Trace:
-    """The jobs this server ran in ``window`` (``30d``, ``month``, an RFC 3339 pair) as a trace:
-    submit times, recorded run times, shapes, teams — the workload a what-if replays."""
+def _history_trace(window: str, db_url: str | None, limit: int | None) -> tuple[Trace, list[Node]]:
+    """The jobs this server ran in ``window`` (``30d``, ``month``, an RFC 3339 pair) as a trace —
+    submit times, recorded run times, shapes, teams: the workload a what-if replays — and the
+    on-demand nodes that existed then, at the prices the ledger billed: the cluster it replays on."""
     import time
 
     from gpufleet.api.windows import parse_window
-    from gpufleet.control.whatif import history_trace
+    from gpufleet.control.whatif import history_nodes, history_trace
     from gpufleet.store.db import Database, default_db_url
 
     w = parse_window(window, time.time(), field="--trace history:WINDOW")
     database = Database(db_url or default_db_url())
     try:
-        return history_trace(database, w.start, w.end, name=f"history:{window}", limit=limit)
+        trace = history_trace(database, w.start, w.end, name=f"history:{window}", limit=limit)
+        return trace, history_nodes(database, w.start, w.end)
     finally:
         database.dispose()
 
@@ -134,11 +137,12 @@ def whatif(
     from gpufleet.sim.whatif import parse_change, run_whatif
 
     ch = parse_change(change)
+    nodes = load_cluster(cluster).build()[0] if cluster else None
     if trace == "history" or trace.startswith("history:"):
-        tr = _history_trace(trace.partition(":")[2] or "30d", db, limit)
+        tr, observed = _history_trace(trace.partition(":")[2] or "30d", db, limit)
+        nodes = nodes or observed or None  # the server's own cluster unless --cluster says otherwise
     else:
         tr = load_trace(trace, TraceOptions(limit=limit, preemptible_fraction=preemptible, seed=seed))
-    nodes = load_cluster(cluster).build()[0] if cluster else None
     prof = load_profile(profile) if profile else Profile()
     if not as_json:
         console.print(f"what-if [bold]{ch.text}[/] on {tr.name}: {len(tr.jobs):,} jobs, baseline and variant …")

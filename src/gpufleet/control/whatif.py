@@ -1,11 +1,14 @@
-"""What-if on the cluster's own history: load the recorded jobs from the store and hand them, as
-plain data, to the what-if engine (:mod:`gpufleet.sim.whatif`)."""
+"""What-if on the cluster's own history: load the recorded jobs and the nodes that held them from
+the store and hand them, as plain data, to the what-if engine (:mod:`gpufleet.sim.whatif`)."""
 
 from __future__ import annotations
 
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.errors import InputError
+from gpufleet.model.node import CapacityType, Node, SharingMode
+from gpufleet.store.models import NodeIntervalRow, NodeRow
 from gpufleet.sim.traces.base import Trace
 from gpufleet.sim.whatif import HistoryJob, trace_from_history
 from gpufleet.store import Database, repo
@@ -51,3 +54,42 @@ def history_trace(database: Database, start: float, end: float, *, name: str, li
             f"no recorded jobs ran in {name.removeprefix('history:')} in {database.masked_url}", field="--trace"
         )
     return trace_from_history(jobs, name=name)
+
+
+def observed_nodes(session: Session, start: float, end: float) -> list[Node]:
+    """The nodes that existed in ``[start, end)``, each with its last shape and price in the window
+    (the ledger's node intervals): the cluster a history what-if replays, at its own prices. Only
+    on-demand nodes are kept as the baseline's fixed capacity; spot and CPU-only nodes are left out
+    (the baseline is an on-demand GPU cluster)."""
+    q = (
+        select(NodeIntervalRow, NodeRow.sharing)
+        .join(NodeRow, NodeRow.name == NodeIntervalRow.node, isouter=True)
+        .where(NodeIntervalRow.start < end, or_(NodeIntervalRow.end.is_(None), NodeIntervalRow.end > start))
+        .order_by(NodeIntervalRow.node, NodeIntervalRow.start)
+    )
+    last: dict[str, tuple[NodeIntervalRow, str | None]] = {}
+    for iv, sharing in session.execute(q):
+        last[iv.node] = (iv, sharing)
+    out = []
+    for name, (iv, sharing) in sorted(last.items()):
+        if iv.capacity_type != CapacityType.ON_DEMAND.value or not iv.gpu_count:
+            continue
+        out.append(
+            Node(
+                name,
+                iv.gpu_model,
+                iv.gpu_count,
+                iv.cpu_milli,
+                iv.memory_mib,
+                pool=iv.pool,
+                hourly_price_usd=iv.hourly_usd,
+                sharing=SharingMode(sharing) if sharing in {m.value for m in SharingMode} else SharingMode.SHARED,
+            )
+        )
+    return out
+
+
+def history_nodes(database: Database, start: float, end: float) -> list[Node]:
+    """:func:`observed_nodes` in their own read-only session."""
+    with database.session(readonly=True) as s:
+        return observed_nodes(s, start, end)

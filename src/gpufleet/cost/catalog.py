@@ -231,6 +231,10 @@ class PriceCatalog:
         self._by_gpu.clear()
         self._by_gpu.update({k: tuple(v) for k, v in by_gpu.items()})
 
+    def models(self) -> list[str]:
+        """The GPU models the catalog prices, sorted."""
+        return sorted(self._by_gpu)
+
     # -- loading ---------------------------------------------------------------------------------
 
     @classmethod

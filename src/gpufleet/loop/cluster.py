@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.model.gpu import canonical_gpu_name
 from gpufleet.model.node import CapacityType, Node, NodePool
 from gpufleet.scheduling.admission import Shape, node_shape, pool_shape
 from gpufleet.scheduling.autoscaler import PoolState
@@ -61,6 +62,8 @@ class ClusterView:
     def add_pool(self, pool: NodePool, hourly_usd: float) -> None:
         self.pools[pool.name] = pool
         self._pool_price[pool.name] = hourly_usd
+        if pool.gpu_model:  # known before its first node: a job limited to it can ask for one
+            self.snapshot.type_index(canonical_gpu_name(pool.gpu_model) or pool.gpu_model)
         self._version += 1
         self._ready_count.setdefault(pool.name, 0)
         self._prov_count.setdefault(pool.name, 0)
@@ -86,6 +89,12 @@ class ClusterView:
                     if p.max_nodes > 0
                 ),
             )
+        )
+
+    def can_grow(self) -> bool:
+        """Some autoscaled pool is below its maximum (the autoscaler may still add a node)."""
+        return any(
+            self._ready_count[n] + self._prov_count[n] < p.max_nodes for n, p in self.pools.items() if p.max_nodes > 0
         )
 
     # -- nodes -------------------------------------------------------------------------------------

@@ -123,6 +123,11 @@ class SimBackend:
             return t
         return float("inf")
 
+    def adding(self) -> bool:
+        """Is a node on its way (provisioned, not yet ready)? The only event that can give waiting
+        jobs room when nothing runs: a spot interruption or notice only takes capacity away."""
+        return any(not sn.ready and not sn.removed for sn in self.nodes.values())
+
     def poll(self) -> list[BackendEvent]:
         now = self.clock.now()
         out: list[BackendEvent] = []

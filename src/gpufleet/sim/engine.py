@@ -50,6 +50,9 @@ class SimOptions:
     autoscale_interval_s: float = 60.0
     horizon_s: float | None = None  # stop after this much simulated time
     budget_interval_s: float = 60.0  # how often budget thresholds and throttles are evaluated
+    # called as the run goes with (jobs ended, jobs in the trace), e.g. to draw a progress bar; the
+    # engine does no I/O itself. Not part of the run's identity (no effect on the result).
+    progress: Callable[[float, float], None] | None = field(default=None, compare=False, repr=False)
 
 
 MAX_STEPS_AT_ONE_TIME = 10_000  # more steps than this at one simulated time: the loop is stuck
@@ -72,15 +75,17 @@ def drive(
     sample_interval_s: float = 300.0,
     horizon_s: float | None = None,
 ) -> int:
-    """Run a world on a simulated clock until nothing is left to happen (or ``horizon_s``).
+    """Run a world on a simulated clock until its workload is done (or ``horizon_s``).
 
     Each turn advances ``clock`` to the earliest of the next arrival (``arrivals``, sorted; the
     ``i``-th is handed to ``submit(i)``), the backend's next event, the loop's own next work and the
     next sample, then calls ``step(now)`` — the world's step, which runs the loop's. After a cycle
     that leaves jobs waiting when nothing runs, arrives or is provisioned any more, those jobs can
-    never run: they end FAILED. Returns the number of steps. Any world whose backend is the
-    simulated cluster runs through here: the simulator (in-memory store) and the server's
-    controller (SQL store) alike."""
+    never run: they end FAILED. The run ends when every arrival was submitted and no job waits or
+    runs: later node events (a spot interruption drawn for next month, an idle node's scale-down)
+    would only stretch the makespan and bill idle nodes nobody asked for. Returns the number of
+    steps. Any world whose backend is the simulated cluster runs through here: the simulator
+    (in-memory store) and the server's controller (SQL store) alike."""
     n = len(arrivals)
     submitted = 0
     steps = 0
@@ -104,23 +109,31 @@ def drive(
         while submitted < n and arrivals[submitted] <= now:
             submit(submitted)
             submitted += 1
-        cycles = loop.stats.cycles
         step(now)
         steps += 1
-        if loop.stats.cycles != cycles and submitted == n:
+        if submitted == n:
             _settle(loop, backend, now)
-        if sample is not None and now >= next_sample:
+        finished = submitted == n and not loop.pending and not loop.active
+        if sample is not None and (now >= next_sample or finished):
             sample(now)
-            finished = submitted == n and not loop.pending and not loop.active
-            next_sample = now + sample_interval_s if not finished else math.inf
+            next_sample = now + sample_interval_s
+        if finished:  # the workload is done: what nodes would do afterwards is nobody's bill
+            return steps
 
 
 def _settle(loop: WorldLoop, backend: SimBackend, now: float) -> None:
-    """After a cycle: if nothing can change any more, the jobs still waiting never run."""
+    """If nothing can change any more, the jobs still waiting never run: nothing runs, no node is
+    on its way, and the autoscaler (if any) has had its chance — its wait threshold and two of its
+    ticks past the oldest waiting job's submission — with a pool that could still grow."""
     if loop.active or not loop.pending or loop.dirty:
         return
-    if loop.cluster.provisioning() or backend.next_time() < math.inf:
+    if loop.cluster.provisioning() or backend.adding():
         return
+    cfg = loop.scheduler.config.autoscaler
+    if loop.provisioner is not None and cfg.enabled and loop.cluster.can_grow():
+        patience = cfg.wait_threshold_s + 2 * loop.config.autoscale_interval_s
+        if any(now - j.submit_time < patience for j in loop.pending.values()):
+            return
     loop.fail_waiting(now, lambda job_id: loop.waiting.get(job_id, "no capacity"))
 
 
@@ -196,11 +209,20 @@ class Simulation:
             if self.loop.refuse_submission(job, self.clock.now()) is None:
                 self.state.submit(job)
 
+        step = self.loop.step
+        progress = self.options.progress
+        if progress is not None:
+            total = len(trace_jobs)
+
+            def step(now: float) -> None:
+                self.loop.step(now)
+                progress(len(self.jobs) - len(self.loop.pending) - len(self.loop.active), total)
+
         self.steps = drive(
             self.clock,
             self.backend,
             self.loop,
-            self.loop.step,
+            step,
             [tj.submit_time for tj in trace_jobs],
             submit,
             sample=self._sample,

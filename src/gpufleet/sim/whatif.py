@@ -4,11 +4,12 @@ Both runs — the **baseline** and the **variant** — are simulated the same wa
 scheduler profile, spot hazard, price catalog); only the change differs.
 
 **Baseline**: a fixed on-demand cluster, always on, no sharing. Its nodes are the trace's nodes
-(openb, JSONL with nodes), the ``cluster`` given, or — for traces without nodes (Philly, synthetic)
-— 8-GPU ``V100-16GB`` nodes (the default cluster's shape), as many as the **peak** of whole GPUs the
-trace demands at once if every job ran from its submit time (the cluster "sized for the peak" of
-the ROI report). Without sharing, fractional and MIG requests ask for one whole GPU (and MIG nodes
-are plain shared nodes).
+(openb, JSONL with nodes), the ``cluster`` given (for ``history``: the server's own nodes), or — for
+traces without nodes (Philly, synthetic) — 8-GPU nodes of each model the jobs need (``V100-16GB``,
+the default cluster's, for jobs that may use it; else the cheapest on-demand model a job may use),
+as many as the **peak** of whole GPUs demanded of that model at once if every job ran from its
+submit time (the cluster "sized for the peak" of the ROI report). Without sharing, fractional and
+MIG requests ask for one whole GPU (and MIG nodes are plain shared nodes).
 
 **Changes** (``--change``; join several with ``+``, e.g. ``spot+autoscaling``):
 
@@ -17,9 +18,11 @@ are plain shared nodes).
   idle ones.
 - ``spot``: preemptible (checkpointing) jobs may use spot capacity. Alone: the cluster keeps its
   size, with ``k = round(N × s)`` of its N nodes spot (s = the preemptible jobs' share of the
-  GPU-seconds), replaced when interrupted. With ``autoscaling``: a spot pool per shape beside the
-  on-demand one, each up to N nodes (the autoscaler takes the cheapest pool that fits).
-- ``sharing``: fractional and MIG requests as submitted, on the nodes' own sharing modes.
+  GPU-seconds), replaced when interrupted, but never so many that the largest job that may not use
+  spot no longer fits the on-demand nodes left (:func:`on_demand_floor`). With ``autoscaling``: a
+  spot pool per shape beside the on-demand one, each up to N nodes (the autoscaler takes the cheapest pool that fits).
+- ``sharing``: fractional and MIG requests as submitted, on the nodes' own sharing modes; on a
+  cluster with no MIG-mode node a MIG request asks for its fraction of a GPU (time-sliced).
 - ``gpu-type:<MODEL>``: every node shape gets that GPU model (jobs that asked for a model ask for
   it; durations unchanged — there is no speed model).
 - ``placement:<policy>`` / ``queue:<sort>``: another placement policy or queue order.
@@ -28,6 +31,10 @@ are plain shared nodes).
 the cheapest eligible price — the cheapest model among the variant's node models that the job may
 use and whose memory fits, on spot when the variant has spot and the job is preemptible, else
 on-demand. No queueing, no idle, no lost work: no schedule can cost less.
+
+**Prices**: the catalog's, except for nodes with their own price (a server's ledger, ``history``):
+they keep it on on-demand capacity, and their spot capacity costs it times the catalog's spot
+discount for the model (:func:`spot_ratio`). Both runs end when their last job ends.
 
 :func:`trace_from_history` turns recorded jobs (:class:`HistoryJob`, loaded from the store by
 :func:`gpufleet.control.whatif.history_from_store`) into a trace, so "what if" can replay the
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -111,6 +118,7 @@ class Shape:
     cpu_milli: int
     memory_mib: int
     sharing: SharingMode = SharingMode.SHARED
+    hourly_usd: float | None = None  # the node's own on-demand price (a server's ledger); None: the catalog's
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,16 +219,17 @@ class WhatIfResult:
 # -- building the two worlds ----------------------------------------------------------------------
 
 
-def peak_whole_gpus(trace: Trace) -> int:
+def peak_whole_gpus(trace: Trace | Sequence[TraceJob]) -> int:
     """Peak of whole GPUs demanded at once if every job ran from its submit time (vectorized)."""
-    if not trace.jobs:
+    jobs = trace.jobs if isinstance(trace, Trace) else trace
+    if not jobs:
         return 0
-    s = np.fromiter((tj.submit_time for tj in trace.jobs), np.float64, len(trace.jobs))
-    d = np.fromiter((tj.spec.duration_s or 3600.0 for tj in trace.jobs), np.float64, len(trace.jobs))
+    s = np.fromiter((tj.submit_time for tj in jobs), np.float64, len(jobs))
+    d = np.fromiter((tj.spec.duration_s or 3600.0 for tj in jobs), np.float64, len(jobs))
     g = np.fromiter(
-        (tj.spec.gpu.count * tj.spec.gang_size if tj.spec.gpu.count else 0 for tj in trace.jobs),
+        (tj.spec.gpu.count * tj.spec.gang_size if tj.spec.gpu.count else 0 for tj in jobs),
         np.float64,
-        len(trace.jobs),
+        len(jobs),
     )
     t = np.concatenate([s, s + d])
     w = np.concatenate([g, -g])
@@ -228,19 +237,57 @@ def peak_whole_gpus(trace: Trace) -> int:
     return int(np.max(np.cumsum(w[order]), initial=0.0))
 
 
-def base_shapes(trace: Trace, nodes: Sequence[Node] | None = None) -> list[tuple[Shape, int]]:
-    """The baseline cluster as (shape, count): the given nodes, the trace's, or peak-sized V100s."""
+def baseline_model(spec: JobSpec, catalog: PriceCatalog | None) -> str:
+    """The GPU model a fixed cluster bought for this job would have: the default cluster's
+    ``V100-16GB`` when the job may use it, else the cheapest on-demand model it may use (its
+    ``gpu_types``, or any model of the catalog) whose memory fits; names break ties."""
+    default = DEFAULT_SHAPE[0]
+
+    def fits(m: str) -> bool:
+        mem = gpu_model(m).memory_gib
+        return not mem or mem >= spec.min_gpu_memory_gib
+
+    if (not spec.gpu_types or default in spec.gpu_types) and fits(default):
+        return default
+    pool = sorted(spec.gpu_types) if spec.gpu_types else (catalog.models() if catalog is not None else [])
+    eligible = [m for m in pool if fits(m)] or sorted(spec.gpu_types) or [default]
+
+    def price(m: str) -> float:
+        if catalog is None:
+            return math.inf
+        try:
+            return catalog.gpu_hour_usd(m, CapacityType.ON_DEMAND)
+        except CatalogError:
+            return math.inf
+
+    return min(eligible, key=lambda m: (price(m), m))
+
+
+def base_shapes(
+    trace: Trace, nodes: Sequence[Node] | None = None, catalog: PriceCatalog | None = None
+) -> list[tuple[Shape, int]]:
+    """The baseline cluster as (shape, count): the given nodes, the trace's, or — for a trace without
+    nodes — 8-GPU nodes of each model its jobs need (:func:`baseline_model`), as many as that model's
+    peak of whole GPUs demanded at once."""
     src = list(nodes) if nodes else list(trace.nodes)
     if src:
         counts: Counter[Shape] = Counter(
-            Shape(n.gpu_model, n.gpu_count, n.cpu_milli, n.memory_mib, n.sharing) for n in src
+            Shape(n.gpu_model, n.gpu_count, n.cpu_milli, n.memory_mib, n.sharing, n.hourly_price_usd) for n in src
         )
         return sorted(counts.items(), key=lambda kv: (kv[0].gpu_model, kv[0].gpus, kv[0].cpu_milli, kv[0].memory_mib))
-    model, gpus, cpu, mem = DEFAULT_SHAPE
+    default, gpus, cpu, mem = DEFAULT_SHAPE
+    by_model: dict[str, list[TraceJob]] = {}
+    for tj in trace.jobs:
+        model = baseline_model(tj.spec, catalog) if tj.spec.gpu.count else default
+        by_model.setdefault(model, []).append(tj)
     need_cpu = max((tj.spec.cpu_milli for tj in trace.jobs), default=0)
     need_mem = max((tj.spec.memory_mib for tj in trace.jobs), default=0)
-    count = max(1, math.ceil(peak_whole_gpus(trace) / gpus))
-    return [(Shape(model, gpus, max(cpu, need_cpu), max(mem, need_mem)), count)]
+    shapes = [
+        (Shape(model, gpus, max(cpu, need_cpu), max(mem, need_mem)), math.ceil(peak_whole_gpus(jobs) / gpus))
+        for model, jobs in sorted(by_model.items())
+    ]
+    shapes = [(sh, c) for sh, c in shapes if c > 0]
+    return shapes or [(Shape(default, gpus, max(cpu, need_cpu), max(mem, need_mem)), 1)]
 
 
 def _whole(spec: JobSpec) -> JobSpec:
@@ -256,21 +303,62 @@ def _retyped(spec: JobSpec, model: str) -> JobSpec:
     return replace(spec, gpu=gpu, gpu_types=frozenset({model}) if spec.gpu_types else frozenset())
 
 
-def _trace_for(trace: Trace, change: Change | None) -> Trace:
+def _as_fraction(spec: JobSpec) -> JobSpec:
+    """A MIG request as the fraction of a GPU its slice is (time-sliced on a shared node)."""
+    if spec.gpu.mig_profile is None:
+        return spec
+    return replace(spec, gpu=GpuRequest(count=spec.gpu.count, milli=spec.gpu.milli))
+
+
+def _trace_for(trace: Trace, change: Change | None, *, mig_nodes: bool = True) -> Trace:
+    """The trace one run replays: whole GPUs without sharing; with it, requests as submitted —
+    MIG slices as their fraction of a GPU when the run has no MIG-mode node (``mig_nodes``)."""
     sharing = change is not None and change.sharing
     gtype = change.gpu_type if change is not None else None
     jobs = []
     for tj in trace.jobs:
-        spec = tj.spec if sharing else _whole(tj.spec)
+        spec = (tj.spec if mig_nodes else _as_fraction(tj.spec)) if sharing else _whole(tj.spec)
         if gtype is not None:
             spec = _retyped(spec, gtype)
         jobs.append(TraceJob(tj.submit_time, spec))
     return Trace(trace.name, jobs, source=trace.source)
 
 
+def on_demand_floor(trace: Trace, shapes: Sequence[tuple[Shape, int]]) -> dict[str, int]:
+    """GPU model → the whole GPUs of the largest job that may not use spot (not preemptible) and may
+    run on that model: a spot-only change keeps at least that much on-demand capacity, so work the
+    baseline could run is never made impossible by the change."""
+    models = {sh.gpu_model for sh, _ in shapes}
+    floor = dict.fromkeys(models, 0)
+    for tj in trace.jobs:
+        sp = tj.spec
+        if sp.preemptible or not sp.gpu.count:
+            continue
+        whole = sp.gpu.count * sp.gang_size
+        for m in models if not sp.gpu_types else models & sp.gpu_types:
+            floor[m] = max(floor[m], whole)
+    return floor
+
+
+def spot_ratio(catalog: PriceCatalog | None, model: str) -> float | None:
+    """The catalog's spot price over its on-demand price for ``model`` (None: not priced)."""
+    if catalog is None:
+        return None
+    try:
+        return catalog.gpu_hour_usd(model, CapacityType.SPOT) / catalog.gpu_hour_usd(model, CapacityType.ON_DEMAND)
+    except CatalogError:
+        return None
+
+
 def _cluster_for(
-    shapes: Sequence[tuple[Shape, int]], change: Change | None, spot_share: float
+    shapes: Sequence[tuple[Shape, int]],
+    change: Change | None,
+    spot_share: float,
+    floor: dict[str, int] | None = None,
+    catalog: PriceCatalog | None = None,
 ) -> tuple[list[Node], list[NodePool]]:
+    """The nodes and pools of one run. A shape with its own price keeps it on on-demand capacity;
+    its spot capacity costs that price times the catalog's spot discount for the model."""
     nodes: list[Node] = []
     pools: list[NodePool] = []
     ch = change or Change()
@@ -282,26 +370,36 @@ def _cluster_for(
         if ch.gpu_type and sharing is SharingMode.MIG and not gpu_model(model).supports_mig:
             sharing = SharingMode.SHARED
         base = f"{(model or 'cpu').lower()}-{shape.gpus}g-{i}"
-
-        shaped = Shape(model, shape.gpus, shape.cpu_milli, shape.memory_mib, sharing)
+        own = shape.hourly_usd if not ch.gpu_type else None  # another model: the catalog's price
+        ratio = spot_ratio(catalog, model) if own is not None else None
+        spot_usd = own * ratio if own is not None and ratio is not None else None
+        shaped = Shape(model, shape.gpus, shape.cpu_milli, shape.memory_mib, sharing, own)
         if ch.autoscaling:
-            pools.append(_pool(base, shaped, CapacityType.ON_DEMAND, 0, count))
+            pools.append(_pool(base, shaped, CapacityType.ON_DEMAND, 0, count, own))
             if ch.spot:
-                pools.append(_pool(base + "-spot", shaped, CapacityType.SPOT, 0, count))
+                pools.append(_pool(base + "-spot", shaped, CapacityType.SPOT, 0, count, spot_usd))
             continue
-        k = round(count * spot_share) if ch.spot else 0
+        keep = math.ceil((floor or {}).get(shape.gpu_model, 0) / shape.gpus) if shape.gpus else 0
+        k = max(0, min(round(count * spot_share), count - keep)) if ch.spot else 0
         for j in range(count - k):
             nodes.append(
                 Node(
-                    f"{base}-{j:04d}", model, shape.gpus, shape.cpu_milli, shape.memory_mib, pool=base, sharing=sharing
+                    f"{base}-{j:04d}",
+                    model,
+                    shape.gpus,
+                    shape.cpu_milli,
+                    shape.memory_mib,
+                    pool=base,
+                    sharing=sharing,
+                    hourly_price_usd=own,
                 )
             )
         if k:
-            pools.append(_pool(base + "-spot", shaped, CapacityType.SPOT, k, k))
+            pools.append(_pool(base + "-spot", shaped, CapacityType.SPOT, k, k, spot_usd))
     return nodes, pools
 
 
-def _pool(name: str, shape: Shape, cap: CapacityType, lo: int, hi: int) -> NodePool:
+def _pool(name: str, shape: Shape, cap: CapacityType, lo: int, hi: int, hourly_usd: float | None) -> NodePool:
     return NodePool(
         name,
         shape.gpu_model,
@@ -309,6 +407,7 @@ def _pool(name: str, shape: Shape, cap: CapacityType, lo: int, hi: int) -> NodeP
         shape.cpu_milli,
         shape.memory_mib,
         cap,
+        hourly_price_usd=hourly_usd,
         min_nodes=lo,
         max_nodes=hi,
         provisioning_delay_s=PROVISIONING_DELAY_S,
@@ -357,18 +456,30 @@ def simulate_world(
 
 
 def lower_bound_usd(
-    trace: Trace, models: Sequence[str], catalog: PriceCatalog, *, spot: bool
+    trace: Trace,
+    models: Sequence[str],
+    catalog: PriceCatalog,
+    *,
+    spot: bool,
+    own: Mapping[str, float] | None = None,
 ) -> tuple[float, list[str]]:
-    """Every GPU-second of ``trace`` at the cheapest eligible price (see the module docstring)."""
+    """Every GPU-second of ``trace`` at the cheapest eligible price (see the module docstring).
+    ``own``: GPU model → the cluster's own on-demand $/GPU-hour, which replaces the catalog's (its
+    spot price: the catalog's spot discount applied to it)."""
     notes: list[str] = []
     prices: dict[tuple[str, CapacityType], float | None] = {}
 
     def price(m: str, cap: CapacityType) -> float | None:
         if (m, cap) not in prices:
-            try:
-                prices[(m, cap)] = catalog.gpu_hour_usd(m, cap)
-            except CatalogError:
-                prices[(m, cap)] = None
+            mine = (own or {}).get(m)
+            ratio = spot_ratio(catalog, m) if mine is not None and cap is CapacityType.SPOT else 1.0
+            if mine is not None and ratio is not None:
+                prices[(m, cap)] = mine * ratio
+            else:
+                try:
+                    prices[(m, cap)] = catalog.gpu_hour_usd(m, cap)
+                except CatalogError:
+                    prices[(m, cap)] = None
         return prices[(m, cap)]
 
     cheapest: dict[tuple[frozenset[str], float, bool], float | None] = {}
@@ -392,8 +503,9 @@ def lower_bound_usd(
                     if p is not None and (best is None or p < best):
                         best = p
             cheapest[key] = best
-            if best is None:
-                notes.append(f"no eligible priced GPU for jobs limited to {sorted(sp.gpu_types) or 'any'}; left out")
+            note = f"no eligible priced GPU for jobs limited to {sorted(sp.gpu_types) or 'any'}; left out"
+            if best is None and note not in notes:
+                notes.append(note)
         best = cheapest[key]
         if best is not None:
             total += sp.total_gpu_milli / MILLI * (sp.duration_s or 3600.0) / 3600.0 * best
@@ -418,7 +530,7 @@ def run_whatif(
     prof = profile or Profile()
     opts = options or SimOptions()
     cat = catalog or PriceCatalog.load()
-    shapes = base_shapes(trace, nodes)
+    shapes = base_shapes(trace, nodes, cat)
     share = _spot_share(trace)
     assumptions = [
         f"baseline: {sum(c for _, c in shapes)} on-demand nodes always on ("
@@ -431,13 +543,25 @@ def run_whatif(
         assumptions.append("no job is preemptible: spot capacity cannot be used (give the trace preemptible jobs)")
     if ch.gpu_type:
         assumptions.append("gpu-type: durations unchanged (no per-model speed model)")
-    b_nodes, b_pools = _cluster_for(shapes, None, share)
-    v_nodes, v_pools = _cluster_for(shapes, ch, share)
-    b_trace, v_trace = _trace_for(trace, None), _trace_for(trace, ch)
+    b_nodes, b_pools = _cluster_for(shapes, None, share, catalog=cat)
+    v_nodes, v_pools = _cluster_for(shapes, ch, share, on_demand_floor(trace, shapes), cat)
+    mig_nodes = any(n.sharing is SharingMode.MIG for n in v_nodes) or any(
+        p.sharing is SharingMode.MIG for p in v_pools
+    )
+    if ch.sharing and not mig_nodes and any(tj.spec.gpu.mig_profile for tj in trace.jobs):
+        assumptions.append("sharing: no node is in MIG mode; MIG requests run as their fraction of a GPU, time-sliced")
+    b_trace, v_trace = _trace_for(trace, None), _trace_for(trace, ch, mig_nodes=mig_nodes)
     base = baseline or simulate_world(b_trace, _profile_for(prof, None), b_nodes, b_pools, opts, cat, "baseline")
     var = simulate_world(v_trace, _profile_for(prof, ch), v_nodes, v_pools, opts, cat, ch.text)
     models = sorted({n.gpu_model for n in v_nodes} | {p.gpu_model for p in v_pools} - {""})
-    lb, notes = lower_bound_usd(v_trace, models, cat, spot=ch.spot)
+    own = {sh.gpu_model: sh.hourly_usd / sh.gpus for sh, _ in shapes if sh.hourly_usd is not None and sh.gpus}
+    if own:
+        assumptions.append(
+            "prices: the cluster's own on-demand prices ("
+            + ", ".join(f"{m} ${p:,.3f}/GPU-h" for m, p in sorted(own.items()))
+            + "); spot at the catalog's discount for the model"
+        )
+    lb, notes = lower_bound_usd(v_trace, models, cat, spot=ch.spot, own=None if ch.gpu_type else own)
     return WhatIfResult(
         ch.text,
         trace.name,
@@ -460,16 +584,11 @@ def simulate_baseline(
     catalog: PriceCatalog | None = None,
 ) -> SimResult:
     """The baseline run of :func:`run_whatif` on its own (fixed on-demand cluster, no sharing)."""
-    shapes = base_shapes(trace, nodes)
-    b_nodes, b_pools = _cluster_for(shapes, None, 0.0)
+    cat = catalog or PriceCatalog.load()
+    b_nodes, b_pools = _cluster_for(base_shapes(trace, nodes, cat), None, 0.0, catalog=cat)
     return simulate_world(
-        _trace_for(trace, None),
-        _profile_for(profile or Profile(), None),
-        b_nodes,
-        b_pools,
-        options or SimOptions(),
-        catalog or PriceCatalog.load(),
-        "baseline",
+        _trace_for(trace, None), _profile_for(profile or Profile(), None), b_nodes, b_pools, options or SimOptions(),
+        cat, "baseline",
     )
 
 
