@@ -55,15 +55,18 @@ def catalog() -> PriceCatalog:
 
 
 def test_every_lever_by_hand(catalog: PriceCatalog) -> None:
-    r = roi_report(_ledger(), catalog, 0.0, 10 * H, platform_cost_usd=1000.0)
+    r = roi_report(_ledger(), catalog, 0.0, 10 * H, platform_cost_usd=1000.0, min_hours=1)
     # peak of whole GPUs: 8 (a) + 8 (b) + 1 (c rounded up) + 1 (d) = 18 while b runs
     assert r.peak_gpus == 18 and r.reference_gpu == "A100-80GB" and r.reference_usd_per_gpu_hour == 4.0
     assert r.counterfactual_usd == pytest.approx(18 * 10 * 4.0)  # 720
     assert r.actual_usd == pytest.approx(320 + 64 + 30 + 5)  # 419
     assert r.used_gpu_hours == pytest.approx(80 + 40 + 5 + 10) and r.node_gpu_hours == pytest.approx(160)
+    # the fleet peaks at F = 8 + 8 + 4 = 20 GPUs while the spot node exists
+    assert r.fleet_peak_gpus == 20
     expected = {
-        "sharing": (1 - 0.5) * 10 * 4.0,  # c: half a GPU not rounded up, 10 h at p_ref = 20
-        "autoscaling": ((18 * 10 - 140) - (160 - 135)) * 4.0,  # idle of the peak cluster − actual idle = 60
+        "sharing": 0.0,  # the peak demand (18 whole GPUs) never exceeded the fleet (20): sharing saved no capacity
+        "headroom": (18 - 20) * 10 * 4.0,  # the fleet's peak had 2 GPUs more than the peak demand = −80
+        "autoscaling": (20 * 10 - 160) * 4.0,  # the spot node removed after 5 h: 40 GPU-hours not run = 160
         "right_sizing": 40 * (4.0 - 1.0),  # T4 GPU-hours at A100 vs T4 on-demand = 120
         "spot": 40 * (4.0 - 1.6),  # spot GPU-hours × (on-demand − spot) = 96
         "off_peak": 40 * 1.0 - 30.0,  # T4 node billed $10 under list = 10
@@ -81,9 +84,11 @@ def test_every_lever_by_hand(catalog: PriceCatalog) -> None:
 
 
 def test_payback_never_when_running_cost_exceeds_savings(catalog: PriceCatalog) -> None:
-    r = roi_report(_ledger(), catalog, 0.0, 10 * H, platform_cost_usd=10.0, platform_cost_usd_per_month=1e9)
+    r = roi_report(
+        _ledger(), catalog, 0.0, 10 * H, platform_cost_usd=10.0, platform_cost_usd_per_month=1e9, min_hours=1
+    )
     assert r.payback_months is None
-    assert roi_report(_ledger(), catalog, 0.0, 10 * H).payback_months == 0.0
+    assert roi_report(_ledger(), catalog, 0.0, 10 * H, min_hours=1).payback_months == 0.0
 
 
 def test_a_window_clips_the_ledger(catalog: PriceCatalog) -> None:
@@ -103,7 +108,8 @@ def test_rendering(catalog: PriceCatalog) -> None:
     d = roi_report(_ledger(), catalog, 0.0, 10 * H).to_dict()
     text = format_roi(d)
     assert "counterfactual: 18 on-demand A100-80GB" in text and "spot" in text and "301.00" in text
-    assert format_roi(d, "csv").startswith("lever,usd\nsharing,20.00\n")
+    assert format_roi(d, "csv").startswith("lever,usd\nsharing,0.00\nheadroom,-80.00\n")
+    assert "\n  sharing " not in text  # a lever not in use is not in the table
 
     class FakeClient:
         def roi(
@@ -113,3 +119,54 @@ def test_rendering(catalog: PriceCatalog) -> None:
 
     assert '"savings_usd"' in render_cli(FakeClient(), window="7d", fmt="json")
     assert "--by/--team ignored" in render_cli(FakeClient(), window="7d", team="x")
+
+
+def test_a_young_fixed_server_is_judged_on_what_was_observed(catalog: PriceCatalog) -> None:
+    """Issue 10, observation 3: ``cost --roi --last 30d`` on a 20-minute-old server of 8 A100s compared
+    a 30-day counterfactual of 10 GPUs with 20 minutes of spend ("100% savings", "$321,848 projected
+    annual savings"), all credited to autoscaling on a fixed server, with an ``other −0.00`` row."""
+    now = 30 * 24 * H
+    born = now - 20 * 60  # the server started 20 minutes ago
+    led = Ledger()
+    led.add_node(NodeInterval("box", "box", "A100-80GB", 8, 0, 0, OD, 29.38, born, now))
+    # 12 jobs of half a GPU and 4 whole ones: 10 whole GPUs demanded at once, on 8 GPUs thanks to sharing
+    for i in range(12):
+        led.append(_seg(f"h{i}", "box", "A100-80GB", OD, Fraction(1, 2), 29.38, born, now))
+    for i in range(2):
+        led.append(_seg(f"w{i}", "box", "A100-80GB", OD, Fraction(1), 29.38, born, now))
+    r = roi_report(led, catalog, 0.0, now, as_of=now)
+    assert r.hours == pytest.approx(1 / 3)  # the observed 20 minutes, not 30 days
+    assert r.window_start == pytest.approx(born)
+    assert r.peak_gpus == 14 and r.fleet_peak_gpus == 8
+    assert r.actual_usd == pytest.approx(29.38 / 3)
+    assert r.counterfactual_usd == pytest.approx(14 / 3 * 4.0)
+    assert r.levers_usd["autoscaling"] == 0.0  # a fixed server did not autoscale
+    assert r.levers_usd["sharing"] == pytest.approx((14 - 8) / 3 * 4.0)  # sharing fit 14 GPUs of demand on 8
+    assert r.levers_usd["spot"] == 0.0 and r.levers_usd["right_sizing"] == 0.0
+    assert sum(r.levers_usd.values()) == pytest.approx(r.savings_usd)
+    assert r.projected_annual_savings_usd is None and r.payback_months is None
+    text = format_roi(r.to_dict())
+    assert "too little history to judge" in text
+    assert "autoscaling" not in text.split("lever")[1].split("total")[0]  # not a row: it was not in use
+    assert "other" not in text.split("lever")[1].split("total")[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "fractions", "expect"),
+    [
+        ("fixed, whole GPUs only", [Fraction(1)] * 6, {"sharing": 0.0, "autoscaling": 0.0, "headroom": -2 * 48 * 4.0}),
+        ("fixed, fractions fit in", [Fraction(1, 2)] * 16, {"sharing": 8 * 48 * 4.0, "autoscaling": 0.0}),
+    ],
+)
+def test_levers_credit_only_what_was_in_use(
+    catalog: PriceCatalog, name: str, fractions: list[Fraction], expect: dict[str, float]
+) -> None:
+    led = Ledger()
+    led.add_node(NodeInterval("box", "box", "A100-80GB", 8, 0, 0, OD, 32.0, 0.0, 48 * H))
+    for i, f in enumerate(fractions):
+        led.append(_seg(f"j{i}", "box", "A100-80GB", OD, f, 32.0, 0.0, 48 * H))
+    r = roi_report(led, catalog, 0.0, 48 * H)
+    for k, v in expect.items():
+        assert r.levers_usd[k] == pytest.approx(v), (name, k)
+    assert r.projected_annual_savings_usd is not None  # 48 h: enough history
+    assert sum(r.levers_usd.values()) == pytest.approx(r.savings_usd)

@@ -595,6 +595,7 @@ class RoiOut(_Out):
     reference_gpu: str
     reference_usd_per_gpu_hour: float
     peak_gpus: int
+    fleet_peak_gpus: int
     used_gpu_hours: float
     node_gpu_hours: float
     counterfactual_usd: float
@@ -602,7 +603,8 @@ class RoiOut(_Out):
     savings_usd: float
     savings_pct: float | None
     levers_usd: dict[str, float]
-    projected_annual_savings_usd: float
+    projected_annual_savings_usd: float | None  # None: too little history to judge (< 24 h observed)
+    enough_history: bool
     platform_cost_usd: float
     platform_cost_usd_per_month: float
     payback_months: float | None

@@ -11,32 +11,38 @@ Notation over the window ``[start, end)`` of ``T`` hours, from the ledger (segme
 - ``P``: the **peak** of whole GPUs demanded at once, ``max_t Σ_{i running at t} ceil(g_i)`` (a
   cluster without sharing gives every pod whole GPUs).
 
+**Observed window**: ``[start, end)`` is clipped to what the ledger saw — it starts no earlier than
+the first node interval — so a server 20 minutes old is judged on 20 minutes, not on 30 days. Under
+``MIN_HOURS`` (24 h) observed, the report says there is too little history to judge and gives no
+annual projection or payback.
+
 **Counterfactual** ``C0 = P · T · p_ref``: the same work on a fixed cluster of ``P`` on-demand whole
-GPUs of the reference model, on for the whole window.
+GPUs of the reference model, on for the whole (observed) window ``T``.
 
 **Actual** ``A``: what the nodes cost (``spend_report(...).node_cost_exact_usd``, idle included).
 
-**Levers** — a waterfall from ``C0`` to ``A``, each step priced as below, so the parts add up to the
-total savings ``S = C0 − A`` exactly (there is no interaction term; the order of the steps decides
-which lever gets a shared dollar, and is the order below):
+With ``F``, the fleet's **peak** of GPUs (``max_t Σ_{j existing at t} G_j``), the **levers** are a
+waterfall from ``C0`` to ``A``, each step priced as below, so the parts add up to the total savings
+``S = C0 − A`` exactly (no interaction term). A lever that was not in use is exactly 0:
 
-1. ``sharing = Σ_i (ceil(g_i) − g_i) · d_i · p_ref`` — GPU-hours that fractions and MIG slices did
-   not round up to whole GPUs.
-2. ``autoscaling = [(P·T − Σ_i ceil(g_i)·d_i) − (Σ_j G_j·h_j − Σ_i g_i·d_i)] · p_ref`` — idle
-   GPU-hours of the fixed peak-sized cluster minus the idle GPU-hours of the actual fleet: what
-   scaling nodes with demand and removing idle nodes saved. (1 + 2 = ``(P·T − Σ_j G_j h_j) · p_ref``,
-   the fleet's "peak GPUs × window − node GPU-hours".)
-3. ``right_sizing = Σ_j G_j·h_j · (p_ref − p_od(m_j))`` — nodes of cheaper GPU models than the reference.
-4. ``spot = Σ_{j spot} G_j·h_j · (p_od(m_j) − p_spot(m_j))`` — spot capacity at the catalog's spot price.
-5. ``off_peak = Σ_{j GPU node} (G_j·h_j · p_list(m_j, c_j) − cost_j)`` — nodes billed below the
+1. ``sharing = max(0, P − F) · T · p_ref`` — at its peak the fleet ran more whole-GPU demand than it
+   has GPUs: the capacity fractions and MIG slices saved (only possible with sharing).
+2. ``headroom = min(0, P − F) · T · p_ref`` (≤ 0) — the fleet at its peak had more GPUs than the
+   peak demand: capacity a peak-sized cluster would not pay for.
+3. ``autoscaling = (F · T − Σ_j G_j·h_j) · p_ref`` — GPU-hours the fleet did not run compared with
+   keeping its own peak size on all window: what scaling nodes with demand saved (0 on a fixed
+   server).
+4. ``right_sizing = Σ_j G_j·h_j · (p_ref − p_od(m_j))`` — nodes of cheaper GPU models than the reference.
+5. ``spot = Σ_{j spot} G_j·h_j · (p_od(m_j) − p_spot(m_j))`` — spot capacity at the catalog's spot price.
+6. ``off_peak = Σ_{j GPU node} (G_j·h_j · p_list(m_j, c_j) − cost_j)`` — nodes billed below the
    catalog's list price for their capacity type (``p_spot`` for spot, else ``p_od``): how off-peak
    windows, reserved and negotiated prices show up in the ledger (a price change is a new node
    interval). Negative when nodes cost more than list.
-6. ``other = − Σ_{j CPU-only} cost_j`` — CPU-only nodes, which the GPU counterfactual does not have.
+7. ``other = − Σ_{j CPU-only} cost_j`` — CPU-only nodes, which the GPU counterfactual does not have.
 
 Savings % = ``S / C0``; projected annual savings = ``S · 8766 / T`` (a Julian year of hours);
 payback = ``platform_cost_usd / (monthly savings − platform_cost_usd_per_month)`` months (None when
-the savings do not cover the running cost).
+the savings do not cover the running cost). The table shows the levers in use (non-zero).
 """
 
 from __future__ import annotations
@@ -57,7 +63,8 @@ from gpufleet.model.node import CapacityType
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12
-LEVERS = ("sharing", "autoscaling", "right_sizing", "spot", "off_peak", "other")
+LEVERS = ("sharing", "headroom", "autoscaling", "right_sizing", "spot", "off_peak", "other")
+MIN_HOURS = 24.0  # less observed history than this: too little to judge
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,7 @@ class RoiReport:
     reference_gpu: str
     reference_usd_per_gpu_hour: float
     peak_gpus: int  # whole GPUs demanded at once (P)
+    fleet_peak_gpus: int  # GPUs of the nodes that existed at once, at most (F)
     used_gpu_hours: float  # Σ g_i d_i
     node_gpu_hours: float  # Σ G_j h_j
     counterfactual_usd: float  # C0
@@ -75,7 +83,7 @@ class RoiReport:
     savings_usd: float  # C0 − A
     savings_pct: float | None
     levers_usd: dict[str, float]  # add up to savings_usd
-    projected_annual_savings_usd: float
+    projected_annual_savings_usd: float | None  # None: too little history to judge
     platform_cost_usd: float
     platform_cost_usd_per_month: float
     payback_months: float | None
@@ -89,6 +97,7 @@ class RoiReport:
             "reference_gpu": self.reference_gpu,
             "reference_usd_per_gpu_hour": self.reference_usd_per_gpu_hour,
             "peak_gpus": self.peak_gpus,
+            "fleet_peak_gpus": self.fleet_peak_gpus,
             "used_gpu_hours": self.used_gpu_hours,
             "node_gpu_hours": self.node_gpu_hours,
             "counterfactual_usd": self.counterfactual_usd,
@@ -101,6 +110,7 @@ class RoiReport:
             "platform_cost_usd_per_month": self.platform_cost_usd_per_month,
             "payback_months": self.payback_months,
             "assumptions": list(self.assumptions),
+            "enough_history": self.projected_annual_savings_usd is not None,
         }
 
 
@@ -133,19 +143,34 @@ def roi_report(
     platform_cost_usd: float = 0.0,
     platform_cost_usd_per_month: float = 0.0,
     reference_gpu: str | None = None,
+    min_hours: float = MIN_HOURS,
 ) -> RoiReport:
-    """The ROI of ``[start, end)`` (see the module docstring for every figure's definition)."""
+    """The ROI of ``[start, end)`` (see the module docstring for every figure's definition);
+    ``min_hours``: the observed history below which it is too little to judge."""
     if not (math.isfinite(start) and math.isfinite(end)) or end <= start:
         raise InputError(f"bad window [{start}, {end}]", field="window")
     if platform_cost_usd < 0 or platform_cost_usd_per_month < 0:
         raise InputError("platform costs must be >= 0", field="platform_cost_usd")
     cut = end if as_of is None else min(end, as_of)
-    hours = max(0.0, cut - start) / 3600.0
     assumptions: list[str] = []
+    every = ledger.node_intervals(as_of=cut)
+    first = min((iv.start for iv in every), default=cut)
+    if first > start:
+        assumptions.append(
+            f"observed window: the ledger starts {(first - start) / 3600.0:,.1f} h after the window's start; "
+            "counterfactual and savings cover what was observed"
+        )
+        start = min(first, cut)
+    hours = max(0.0, cut - start) / 3600.0
+    if hours < min_hours:
+        assumptions.append(
+            f"too little history to judge: {hours:,.1f} h observed (at least {min_hours:g} h for a projection "
+            "or payback)"
+        )
     price = _pricer(catalog, assumptions)
 
     # node intervals, clipped
-    ivs = [iv for iv in ledger.node_intervals(as_of=cut) if iv.end > start and iv.start < cut]
+    ivs = [iv for iv in every if iv.end > start and iv.start < cut]
     own_gpu_price: dict[str, float] = {}
     for iv in ivs:
         if iv.gpu_count > 0:
@@ -161,7 +186,7 @@ def roi_report(
     if ref:
         assumptions.append(f"reference GPU {ref} at ${p_ref:.4f}/GPU-hour on-demand (the most expensive in use)")
 
-    # segments: peak of whole GPUs, used and rounded GPU-hours
+    # segments: peak of whole GPUs (P), used GPU-hours
     if segs:
         s0 = np.array([max(s.start, start) for s in segs])
         s1 = np.array([min(s.end, cut) for s in segs])
@@ -173,10 +198,15 @@ def roi_report(
         order = np.lexsort((deltas, times))  # ends (negative) before starts at the same instant
         peak = round(float(np.max(np.cumsum(deltas[order]), initial=0.0)))
         used_gh = float(np.dot(g, d))
-        whole_gh = float(np.dot(whole, d))
     else:
-        peak, used_gh, whole_gh = 0, 0.0, 0.0
+        peak, used_gh = 0, 0.0
 
+    if ivs:  # the fleet's peak of GPUs at once (F)
+        t = np.array([max(iv.start, start) for iv in ivs] + [min(iv.end, cut) for iv in ivs])
+        w = np.array([float(iv.gpu_count) for iv in ivs] + [-float(iv.gpu_count) for iv in ivs])
+        fleet_peak = round(float(np.max(np.cumsum(w[np.lexsort((w, t))]), initial=0.0)))
+    else:
+        fleet_peak = 0
     node_gh = 0.0
     right_sizing = spot = off_peak = other = 0.0
     for iv in ivs:
@@ -198,12 +228,14 @@ def roi_report(
             p_list = p_od
         off_peak += gh * p_list - cost
 
-    sharing = (whole_gh - used_gh) * p_ref
-    autoscaling = ((peak * hours - whole_gh) - (node_gh - used_gh)) * p_ref
+    sharing = max(0, peak - fleet_peak) * hours * p_ref
+    headroom = min(0, peak - fleet_peak) * hours * p_ref
+    autoscaling = (fleet_peak * hours - node_gh) * p_ref
     c0 = peak * hours * p_ref
     actual = float(spend_report(ledger, start, max(start, cut), as_of=cut).node_cost_exact_usd)
     levers = {
         "sharing": sharing,
+        "headroom": headroom,
         "autoscaling": autoscaling,
         "right_sizing": right_sizing,
         "spot": spot,
@@ -216,10 +248,12 @@ def roi_report(
     if abs(drift) > 1e-6 * max(1.0, abs(c0)):
         assumptions.append(f"levers differ from the savings by ${drift:.6f} (float rounding), added to 'other'")
     levers["other"] += drift
-    annual = savings * HOURS_PER_YEAR / hours if hours > 0 else 0.0
-    monthly = annual / 12
-    net = monthly - platform_cost_usd_per_month
-    payback = (platform_cost_usd / net if platform_cost_usd > 0 else 0.0) if net > 0 else None
+    annual: float | None = None
+    payback: float | None = None
+    if hours >= min_hours:
+        annual = savings * HOURS_PER_YEAR / hours
+        net = annual / 12 - platform_cost_usd_per_month
+        payback = (platform_cost_usd / net if platform_cost_usd > 0 else 0.0) if net > 0 else None
     return RoiReport(
         start,
         cut,
@@ -227,6 +261,7 @@ def roi_report(
         ref,
         p_ref,
         peak,
+        fleet_peak,
         used_gh,
         node_gh,
         c0,
@@ -256,29 +291,37 @@ def format_roi(report: Mapping[str, Any], fmt: str = "table") -> str:
     lines = [
         f"ROI {report['window_start']} → {report['window_end']} ({float(report['hours']):,.1f} h)",
         f"  counterfactual: {report['peak_gpus']} on-demand {report['reference_gpu']} GPUs always on "
-        f"(peak) at ${float(report['reference_usd_per_gpu_hour']):.4f}/GPU-h "
+        f"(peak demand; the fleet peaked at {report.get('fleet_peak_gpus', '?')})",
+        f"  at ${float(report['reference_usd_per_gpu_hour']):.4f}/GPU-h "
         f"= ${float(report['counterfactual_usd']):,.2f}",
         f"  actual spend:   ${float(report['actual_usd']):,.2f}",
         f"  savings:        ${savings:,.2f}" + (f" ({float(pct):.1%})" if pct is not None else ""),
         "",
         f"  {'lever':<14}{'USD':>16}{'share':>9}",
     ]
-    for name, usd in levers.items():
-        share = f"{usd / savings:.1%}" if savings else "–"
+    in_use = {k: v for k, v in levers.items() if abs(v) >= 0.005}
+    for name, usd in in_use.items():
+        share = f"{usd / savings:.1%}" if abs(savings) >= 0.005 else "–"
         lines.append(f"  {name:<14}{usd:>16,.2f}{share:>9}")
-    lines += [
-        f"  {'total':<14}{sum(levers.values()):>16,.2f}",
-        "",
-        f"  projected annual savings: ${float(report['projected_annual_savings_usd']):,.2f}",
-        "  payback: "
-        + (
-            "immediate (no platform cost)"
-            if payback == 0
-            else f"{float(payback):.1f} months"
-            if payback is not None
-            else "never (savings do not cover the platform's running cost)"
-        ),
-    ]
+    if not in_use:
+        lines.append("  (no lever in use)")
+    lines.append(f"  {'total':<14}{sum(levers.values()):>16,.2f}")
+    annual = report.get("projected_annual_savings_usd")
+    if annual is None:
+        lines += ["", "  projected annual savings and payback: too little history to judge"]
+    else:
+        lines += [
+            "",
+            f"  projected annual savings: ${float(annual):,.2f}",
+            "  payback: "
+            + (
+                "immediate (no platform cost)"
+                if payback == 0
+                else f"{float(payback):.1f} months"
+                if payback is not None
+                else "never (savings do not cover the platform's running cost)"
+            ),
+        ]
     lines += [f"  note: {a}" for a in report.get("assumptions", [])]
     return "\n".join(lines) + "\n"
 
