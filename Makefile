@@ -1,7 +1,7 @@
 # gpufleet — two commands from a fresh Debian machine with Python 3.11:
 #   make run    set up and run the main job: `gpufleet up` (API server + scheduler, SQLite store, local GPUs;
 #               8 virtual A100-80GB GPUs when the machine has no NVIDIA driver)
-#   make test   set up (PostgreSQL and promtool from Debian's packages when missing) and run the whole test
+#   make test   set up (PostgreSQL, promtool and Chromium from Debian's packages when missing) and run the whole test
 #               suite, with ruff and mypy
 PY ?= python3
 VENV ?= .venv
@@ -26,13 +26,32 @@ run: $(STAMP)
 simulate: $(STAMP)
 	$(BIN)/gpufleet simulate --trace openb --elastic --report reports/openb-default.html
 
-# The test suite starts a real PostgreSQL and checks metrics with promtool: install them if absent.
+# The test suite starts a real PostgreSQL, checks metrics with promtool and opens /docs in Chromium:
+# install the Debian packages of those that are absent (apt is not run at all when all three are
+# there). Another apt or dpkg may be running (apt-daily, unattended-upgrades on a fresh machine):
+# apt-get waits for dpkg's locks itself (DPkg::Lock::Timeout), not for the package lists' lock
+# (update) or the download cache's (install), so a "Could not get lock" is retried every 5 s, for
+# 10 minutes at most; any other apt error stops at once.
+APT_GET := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600
 system-deps:
-	@if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
-	  echo "installing postgresql and prometheus (promtool) from Debian's packages"; \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql prometheus >/dev/null; \
-	fi
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	[ -n "$$missing" ] || exit 0; \
+	echo "installing from Debian's packages (--no-install-recommends):$$missing"; \
+	apt_locked() { \
+	  n=0; \
+	  while ! out=$$("$$@" 2>&1); do \
+	    case "$$out" in *"Could not get lock"*|*"Unable to lock"*) ;; *) printf '%s\n' "$$out" >&2; return 1;; esac; \
+	    n=$$((n + 1)); \
+	    if [ $$n -gt 120 ]; then printf '%s\n' "$$out" >&2; return 1; fi; \
+	    if [ $$n -eq 1 ]; then echo "another apt or dpkg holds its lock: waiting for it (up to 10 minutes)"; fi; \
+	    sleep 5; \
+	  done; \
+	}; \
+	apt_locked $(APT_GET) update && \
+	apt_locked $(APT_GET) install -y --no-install-recommends $$missing
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -25,6 +25,7 @@ import gpufleet
 from gpufleet.api import problems
 from gpufleet.api.auth import TokenCache
 from gpufleet.api.context import ApiContext
+from gpufleet.api.docs import install as install_docs
 from gpufleet.api.metrics import ApiMetrics, MetricsMiddleware
 from gpufleet.api.routes import budgets, insights, jobs, nodes, queue, system, teams, tokens, usage
 from gpufleet.wire import (
@@ -136,6 +137,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
         version=_version(),
         summary="Cost-aware GPU scheduler: jobs, queue, nodes, teams, tokens and usage",
         description="Every error is an RFC 9457 problem document (`application/problem+json`).",
+        docs_url=None,  # /docs comes from gpufleet.api.docs, with bundled assets (no CDN)
+        redoc_url=None,  # ReDoc's bundle always fetches its logo from a CDN
     )
     app.state.ctx = ctx
     app.state.token_cache = TokenCache(ctx.auth_cache_s)
@@ -149,6 +152,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.include_router(budgets.router)  # /v1/budgets
     app.include_router(system.v1)
     app.include_router(system.root)
+    install_docs(app)  # /docs (Swagger UI), served offline
     app.add_middleware(BodyLimitMiddleware, max_bytes=ctx.max_body_bytes)  # inside metrics: 413s are counted
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
 
