@@ -84,12 +84,13 @@ def scope_spend(
 
 
 def job_spend(s: Session, job: JobRow, now: float, *, rules: PricingRules | None = None) -> float:
-    """What one job has been charged so far, over all its runs."""
+    """What one job has been charged so far, over all its runs, exactly (before rounding to cents:
+    a job budget stops the job when its cost reaches the limit, not when a cent rounds up)."""
     start = job.started_at if job.started_at is not None else job.submitted_at
     if now <= start:
         return 0.0
     ledger = repo.load_ledger(s, start, now, now)
-    return job_costs_usd(ledger, rules, start, now, as_of=now).get(job.id, 0.0)
+    return job_costs_usd(ledger, rules, start, now, as_of=now, exact=True).get(job.id, 0.0)
 
 
 def scope_anomaly(
@@ -220,7 +221,8 @@ class JobOverrun:
 
     @property
     def reason(self) -> str:
-        return f"job budget of ${self.budget_usd:,.2f} reached (${self.spent_usd:,.2f} spent)"
+        spent = f"{self.spent_usd:,.4f}" if self.spent_usd < 1 else f"{self.spent_usd:,.2f}"
+        return f"job budget of ${self.budget_usd:,.2f} reached (${spent} spent)"
 
 
 class SqlBook:

@@ -51,6 +51,8 @@ class CostLine:
     memory_cost_usd: Decimal
     total_cost_usd: Decimal
     gpu_seconds: float  # GPU-share-seconds held (idle row: not held)
+    # the cost before rounding (a limit is reached when this reaches it, not when a cent rounds up)
+    exact_usd: Fraction = field(default=Fraction(0), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +247,13 @@ def allocate(
         held_units = idle_units if is_idle else gpu_us.get(keys[i], 0)
         rows.append(
             CostLine(
-                key, _usd(comps[0]), _usd(comps[1]), _usd(comps[2]), _usd(cents), held_units / (SHARE_UNITS * US_PER_S)
+                key,
+                _usd(comps[0]),
+                _usd(comps[1]),
+                _usd(comps[2]),
+                _usd(cents),
+                held_units / (SHARE_UNITS * US_PER_S),
+                Fraction(sum(r), den),
             )
         )
     totals = CostLine(
@@ -255,6 +263,7 @@ def allocate(
         _usd(col[2]),
         _usd(sum(totals_cents)),
         (sum(gpu_us.values()) + idle_units) / (SHARE_UNITS * US_PER_S),
+        node_cost,
     )
     return Allocation(
         tuple(aggregate), window_start, max(window_start, cut), tuple(rows[:-1]), rows[-1], totals, node_cost

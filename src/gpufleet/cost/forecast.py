@@ -6,16 +6,16 @@ given days).
 **A job's remaining cost** (:func:`forecast_job`). Progress reports ``(time, step, total_steps)``
 come from the SDK (``POST /v1/jobs/{id}/progress``) or from the job's progress file (format in
 :func:`parse_progress_file`). The step rate of each interval between consecutive reports is
-``Δstep / Δtime``; the point estimate uses the rate over the recent window (the last
-``window`` intervals: total steps / total time, i.e. the time-weighted mean, which a single noisy
-interval cannot swing), and the interval uses the spread of the per-interval rates in that window
-(their ``(1 - level) / 2`` and ``(1 + level) / 2`` empirical quantiles): a fast rate gives the low
-end of the remaining time, a slow one the high end. This is conservative — the rate averaged over
-the rest of the run varies less than one interval's rate — which is what a budget check wants.
-Remaining cost = remaining time × the job's cost rate (its spend so far per hour held, from the
-ledger: :func:`job_cost_rate`). Without progress, a runtime estimate gives
-``estimate - elapsed`` with the interval ``[0, max_runtime - elapsed]`` (a job may end any time and is
-stopped at its max runtime; without one the high end is the point).
+``Δstep / Δtime``; the point estimate uses the rate over the recent window (the last ``window`` intervals:
+total steps / total time, i.e. the time-weighted mean, which a single noisy interval cannot swing; a
+single report is measured from the job's start, at step 0), and the interval uses the spread of the
+per-interval rates in that window (their ``(1 - level) / 2`` and ``(1 + level) / 2`` empirical
+quantiles): a fast rate gives the low end of the remaining time, a slow one the high end. This is
+conservative — the rate averaged over the rest of the run varies less than one interval's rate —
+which is what a budget check wants. Remaining cost = remaining time × the job's cost rate (its spend
+so far per hour held, from the ledger: :func:`job_cost_rate`). Without progress, a runtime estimate
+gives ``estimate - elapsed`` with the interval ``[0, max_runtime - elapsed]`` (a job may end any
+time and is stopped at its max runtime; without one the high end is the point).
 
 **A scope's period-end spend** (:func:`forecast_period`). Daily totals are modelled as
 ``y_t = a + b·t + s_{weekday(t)} + e_t``: a Theil–Sen trend (the median of pairwise slopes — a few
@@ -160,14 +160,15 @@ def job_cost_rate(
     ledger: Ledger, job_id: str, as_of: float, *, rules: PricingRules | None = None
 ) -> tuple[float, float]:
     """``(spent_usd, held_s)`` of a job from the ledger as of ``as_of``: what it was charged (with
-    ``rules``, the server's pricing rules, as ``/v1/usage`` charges it) and the wall time it held
-    resources (the union of its segments' spans, so a gang's pods count once). The cost rate is
+    ``rules``, the server's pricing rules, as ``/v1/usage`` charges it; exact, not rounded to cents,
+    so the rate of a job a few seconds old is its price, not a rounded cent over a few seconds) and
+    the wall time it held resources (the union of its segments' spans, so a gang's pods count once). The cost rate is
     ``spent / held_s × 3600``."""
     segs = [s for s in ledger.segments(as_of=as_of) if s.job_id == job_id]
     if not segs:
         return 0.0, 0.0
     start = min(s.start for s in segs)
-    spent = job_costs_usd(ledger, rules, start, max(as_of, start), as_of=as_of).get(job_id, 0.0)
+    spent = job_costs_usd(ledger, rules, start, max(as_of, start), as_of=as_of, exact=True).get(job_id, 0.0)
     spans = sorted((s.start, s.end) for s in segs)
     held, cur_a, cur_b = 0.0, spans[0][0], spans[0][1]
     for a, b in spans[1:]:
@@ -204,6 +205,9 @@ def forecast_job(
     rate_s = cost_rate_usd_per_hour / 3600.0
     pts = sorted((r for r in reports if r.step is not None), key=lambda r: r.time)
     total = next((r.total_steps for r in reversed(pts) if r.total_steps), None)
+    if len(pts) == 1 and started_at is not None and pts[0].time > started_at:
+        # one report: the rate since the job started (step 0 then) is the only rate there is
+        pts = [ProgressReport(started_at, step=0.0, total_steps=total), *pts]
     if len(pts) >= 2 and total is not None:
         t = np.array([r.time for r in pts], dtype=np.float64)
         s = np.array([r.step for r in pts], dtype=np.float64)

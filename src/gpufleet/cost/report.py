@@ -93,6 +93,8 @@ class ReportLine:
     total_cost_usd: Decimal
     gpu_seconds: float = 0.0
     adjustment_usd: Decimal = Decimal("0.00")
+    # the charge before rounding to cents (held exact × multiplier); see CostLine.exact_usd
+    exact_usd: Fraction = field(default=Fraction(0), compare=False)
 
     @property
     def gpu_hours(self) -> float:

@@ -97,13 +97,18 @@ def scope_spend_usd(
 
 
 def job_costs_usd(
-    ledger: Ledger, rules: PricingRules | None, start: float, end: float, *, as_of: float | None
+    ledger: Ledger, rules: PricingRules | None, start: float, end: float, *, as_of: float | None, exact: bool = False
 ) -> dict[str, float]:
-    """What each job was charged in ``[start, end)`` (as of ``as_of``): job id → dollars (cents)."""
+    """What each job was charged in ``[start, end)`` (as of ``as_of``): job id → dollars (cents,
+    as billed); with ``exact``, before rounding — what a job's own limit is compared with, so a
+    job is stopped when it reaches its budget, not when its first cent rounds up, and what a cost
+    rate is computed from (a rounded cent over a few seconds is not a rate)."""
     cut = end if as_of is None else min(end, as_of)
     if cut <= start:
         return {}
     rep = spend_report(ledger, start, end, aggregate=("job",), rules=rules, as_of=as_of)
+    if exact:
+        return {r.key[0]: float(r.exact_usd) for r in rep.rows}
     return {r.key[0]: _dollars(r.total_cost_usd) for r in rep.rows}
 
 
@@ -267,12 +272,13 @@ class _Acc:
     """One output group: held cents and charged exact cents per component, GPU-seconds. While every
     line added had multiplier 1 the charge is the held cents (integers, no fractions)."""
 
-    __slots__ = ("charged", "gpu_seconds", "held")
+    __slots__ = ("charged", "exact", "gpu_seconds", "held")
 
     def __init__(self) -> None:
         self.held = [0, 0, 0]
         self.charged: list[Fraction] | None = None  # None: equal to ``held``
         self.gpu_seconds = 0.0
+        self.exact = Fraction(0)  # the charge before any rounding
 
     def add(self, line: CostLine, mult: Fraction | int) -> None:
         cents = (_cents(line.gpu_cost_usd), _cents(line.cpu_cost_usd), _cents(line.memory_cost_usd))
@@ -284,6 +290,7 @@ class _Acc:
             if charged is not None:
                 charged[i] += cents[i] * mult
         self.gpu_seconds += line.gpu_seconds
+        self.exact += line.exact_usd * mult
 
     def charged_cents(self) -> list[int]:
         return list(self.held) if self.charged is None else _round_parts(self.charged)
@@ -291,7 +298,14 @@ class _Acc:
     def line(self, key: tuple[str, ...]) -> ReportLine:
         c = self.charged_cents()
         return ReportLine(
-            key, _usd(c[0]), _usd(c[1]), _usd(c[2]), _usd(sum(c)), self.gpu_seconds, _usd(sum(c) - sum(self.held))
+            key,
+            _usd(c[0]),
+            _usd(c[1]),
+            _usd(c[2]),
+            _usd(sum(c)),
+            self.gpu_seconds,
+            _usd(sum(c) - sum(self.held)),
+            self.exact,
         )
 
 
@@ -314,12 +328,19 @@ def _sum_lines(key: tuple[str, ...], lines: list[ReportLine]) -> ReportLine:
         sum((ln.total_cost_usd for ln in lines), zero),
         sum(ln.gpu_seconds for ln in lines),
         sum((ln.adjustment_usd for ln in lines), zero),
+        sum((ln.exact_usd for ln in lines), Fraction(0)),
     )
 
 
 def _line(key: tuple[str, ...], line: CostLine) -> ReportLine:
     return ReportLine(
-        key, line.gpu_cost_usd, line.cpu_cost_usd, line.memory_cost_usd, line.total_cost_usd, line.gpu_seconds
+        key,
+        line.gpu_cost_usd,
+        line.cpu_cost_usd,
+        line.memory_cost_usd,
+        line.total_cost_usd,
+        line.gpu_seconds,
+        exact_usd=line.exact_usd,
     )
 
 
