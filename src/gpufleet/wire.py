@@ -468,8 +468,8 @@ class BudgetStatusOut(_Out):
     spend_usd: float  # metered in the period so far
     committed_usd: float  # spend plus the estimated rest of the scope's unfinished jobs
     percent: float
-    projected_usd: float  # period-end spend at the period's run rate so far
-    remaining_usd: float
+    projected_usd: float  # period-end spend at the period's run rate so far, at least what is committed
+    remaining_usd: float  # limit − committed, as the 402 and /v1/budgets/check say it (negative: over)
     days_left: float
     thresholds_crossed: list[float]
     enforcing: bool  # throttle/block in force (over the limit for at least grace_s)

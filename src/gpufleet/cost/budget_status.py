@@ -30,9 +30,9 @@ class BudgetStatus:
     limit_usd: float
     spend_usd: float  # metered so far in the period (the ledger)
     percent: float  # spend / limit x 100
-    projected_usd: float  # period-end spend at the period's run rate so far
+    projected_usd: float  # period-end spend at the period's run rate so far, never below what is committed
     days_left: float
-    remaining_usd: float  # limit - spend (negative when over)
+    remaining_usd: float  # limit - committed (limit - spend without a committed figure); negative when over
     crossed: tuple[Threshold, ...]  # thresholds at or below the spend
 
     @property
@@ -40,14 +40,27 @@ class BudgetStatus:
         return self.spend_usd >= self.limit_usd
 
 
-def budget_status(budget: Budget, period: Period, spend_usd: float, now: float) -> BudgetStatus:
+def left_phrase(limit_usd: float, committed_usd: float) -> str:
+    """What is left of a budget, said one way everywhere (the 402 of a blocked submit, ``budget
+    check``, ``budget show``): ``limit − committed``, or how far over the limit it is."""
+    left = limit_usd - committed_usd
+    return f"${left:,.2f} left" if left >= -0.005 else f"${-left:,.2f} over the limit"
+
+
+def budget_status(
+    budget: Budget, period: Period, spend_usd: float, now: float, committed_usd: float | None = None
+) -> BudgetStatus:
     """Spend, percent used, projection and thresholds crossed.
 
     The projection extrapolates the period's average run rate so far (spend / elapsed) to the whole
-    period: simple, explainable, and never below what is already spent. Before the period starts
-    (custom periods) it is the spend itself; after it ends, the final spend."""
+    period: simple, explainable, and never below what is already spent — nor below
+    ``committed_usd`` (spent plus the estimated rest of running and queued jobs), when given. Before
+    the period starts (custom periods) it is the spend itself; after it ends, the final spend. What
+    is left is ``limit − committed`` (what a ``block`` checks against), else ``limit − spend``."""
     elapsed = min(max(now, period.start), period.end) - period.start
     projected = spend_usd if elapsed <= 0 else max(spend_usd, spend_usd / elapsed * period.length_s)
+    if committed_usd is not None and period.start <= now < period.end:
+        projected = max(projected, committed_usd)
     percent = spend_usd / budget.limit_usd * 100.0
     return BudgetStatus(
         period=period,
@@ -57,7 +70,7 @@ def budget_status(budget: Budget, period: Period, spend_usd: float, now: float) 
         percent=percent,
         projected_usd=projected,
         days_left=max(0.0, period.end - max(now, period.start)) / DAY_S,
-        remaining_usd=budget.limit_usd - spend_usd,
+        remaining_usd=budget.limit_usd - (spend_usd if committed_usd is None else committed_usd),
         crossed=crossed_thresholds(budget, spend_usd),
     )
 
@@ -110,11 +123,11 @@ class BudgetExceededError(ConflictError):
         self.budget = budget
         self.committed_usd = committed_usd
         self.job_cost_usd = job_cost_usd
-        left = max(0.0, budget.limit_usd - committed_usd)
         super().__init__(
             f"budget '{budget.name}' ({budget.scope}, {budget.period}) blocks this job: limit "
             f"${budget.limit_usd:,.2f}, committed ${committed_usd:,.2f} (spent plus the estimated rest of "
-            f"running and queued jobs), ${left:,.2f} left; this job would cost about ${job_cost_usd:,.2f}"
+            f"running and queued jobs), {left_phrase(budget.limit_usd, committed_usd)}; this job would cost "
+            f"about ${job_cost_usd:,.2f}"
         )
 
 

@@ -351,11 +351,17 @@ def forecast_period(
     period_end: date,
     *,
     level: float = 0.9,
+    spent_usd: float | None = None,
+    day_elapsed: float = 0.0,
 ) -> PeriodForecast:
     """Period-end spend of a scope from its complete days ``daily_usd`` (day 0 = ``history_start``).
 
     History days in ``[period_start, …]`` count as spent; the days from the day after the history
     to ``period_end`` (exclusive) are forecast. History before the period trains the model.
+    ``spent_usd``: what the scope has spent in the period so far, today included — the figure a
+    budget shows, from the one spend path — instead of the history days' sum; ``day_elapsed``: the
+    fraction of the first forecast day (today) already past and counted in it, so only the rest of
+    today is forecast.
     """
     if period_end <= period_start:
         raise InputError("period_end must be after period_start", field="period_end")
@@ -376,11 +382,15 @@ def forecast_period(
     first_future = history_start + timedelta(days=n)
     start_idx = max(0, (period_start - history_start).days)
     spent = float(y[start_idx:].sum()) if start_idx < n else 0.0
+    if spent_usd is not None:
+        spent = spent_usd
     f0 = max(first_future, period_start)
     h = max(0, (period_end - f0).days)
     tf = np.arange((f0 - history_start).days, (f0 - history_start).days + h, dtype=np.float64)
     wf = (history_start.weekday() + tf.astype(np.int64)) % 7
     future = np.clip(a + b * tf + offsets[wf], 0.0, None)
+    if h and f0 == first_future:
+        future[0] *= 1.0 - min(1.0, max(0.0, day_elapsed))  # today's past part is in ``spent``
     rem = float(future.sum())
     z = NormalDist().inv_cdf(min((1 + level) / 2, 1 - 1e-12))  # level → 1 rounds (1+level)/2 to 1.0
     half = z * sigma * math.sqrt(h)

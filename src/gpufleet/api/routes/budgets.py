@@ -228,9 +228,9 @@ def _status(s: Session, row: BudgetRow, now: float, rules: PricingRules | None) 
     b = budgets_repo.budget_of(row)
     period = b.period_at(now)
     spend = scope_spend(s, b.scope, period.start, period.end, now, rules=rules)
-    status = budget_status(b, period, spend, now)
-    in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now)
     committed = committed_spend(s, b.scope, period, now, rules=rules)
+    status = budget_status(b, period, spend, now, committed.total_usd)
+    in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now)
     alerts = budgets_repo.alerts_of(s, b.id, period.start, period.end)
     sent: dict[int, Counter[str]] = {}
     for n in budgets_repo.notifications_of(s, (a.id for a in alerts)):

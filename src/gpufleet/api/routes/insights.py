@@ -23,6 +23,7 @@ from gpufleet.api.render import ts
 from gpufleet.api.routes.jobs import _visible_job
 from gpufleet.api.windows import parse_window
 from gpufleet.cost.anomaly import AnomalyConfig, scan_ledger
+from gpufleet.cost.budget_model import Scope
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.forecast import (
     JobForecast,
@@ -34,6 +35,7 @@ from gpufleet.cost.forecast import (
 from gpufleet.cost.recommend import RecommendConfig, recommend
 from gpufleet.cost.roi import roi_report
 from gpufleet.cost.rules import apply_rules
+from gpufleet.cost.spend import scope_spend_usd, spend_report
 from gpufleet.errors import ConflictError
 from gpufleet.io.catalog import load_catalog
 from gpufleet.store import repo, usage_repo
@@ -159,13 +161,23 @@ def spend_forecast(
     first = datetime(h_start.year, h_start.month, h_start.day, tzinfo=UTC).timestamp()
     days = (today - h_start).days
     with ctx.database.session(readonly=True) as s:
-        ledger = repo.load_ledger(s, first, today_start, now)
+        ledger = repo.load_ledger(s, first, now, now)
     keys, matrix, totals = daily_totals(
         ledger, first, days, aggregate=("team",), as_of=today_start, rules=ctx.pricing_rules
     )
     series = totals if team is None else (matrix[:, keys.index((team,))] if (team,) in keys else totals * 0)
+    # spent so far in the period, today included, from the one spend path: a team's is what its
+    # budget shows (its jobs' charges), the cluster's what its nodes cost
+    period_start_ts = datetime(p_start.year, p_start.month, p_start.day, tzinfo=UTC).timestamp()
+    if team is None:
+        rep = spend_report(ledger, period_start_ts, now, rules=ctx.pricing_rules, as_of=now)
+        spent = float(rep.totals.total_cost_usd)
+    else:
+        spent = scope_spend_usd(ledger, ctx.pricing_rules, Scope("team", team), period_start_ts, now, as_of=now)
     with input_at("query"):
-        f = forecast_period(series, h_start, p_start, p_end, level=level)
+        f = forecast_period(
+            series, h_start, p_start, p_end, level=level, spent_usd=spent, day_elapsed=(now - today_start) / 86400.0
+        )
     return SpendForecastOut(
         scope="all" if team is None else f"team:{team}",
         period_start=ts(datetime(p_start.year, p_start.month, p_start.day, tzinfo=UTC).timestamp()),
