@@ -160,3 +160,33 @@ def test_batch_size_for_a_moderately_busy_small_job(catalog: PriceCatalog) -> No
     recs = recommend(RecommendInputs(led, 0.0, NOW, _samples("mid", 40.0, 20, 0, NOW)), catalog)
     b = _by(recs)[("batch_size", "job:mid")]
     assert b.monthly_savings_usd == pytest.approx(96.0 * (1 - 40 / 80) * MONTH)
+
+
+def test_idle_capacity_on_a_young_server_within_the_stated_window() -> None:
+    """Issue 10, observation 8: ``gpufleet optimize`` said "nothing to recommend" after 30 minutes in
+    which most of the GPU-hours (and 84 % of the spend) were idle: the recommender only looked at
+    running jobs' telemetry, which a server without NVML does not have, and scaled the figures over
+    the 7 days asked for rather than the 30 minutes observed."""
+    now = 30 * 24 * H
+    born = now - 1800  # the server is 30 minutes old; the window asked for is 7 days
+    led = Ledger()
+    led.add_node(NodeInterval("box", "box", "A100-80GB", 8, 0, 0, CapacityType.ON_DEMAND, 29.38, born, now))
+    for job, a, b in (("a", born, born + 1200), ("b", born + 1200, born + 1800)):
+        led.append(
+            UsageSegment(job, "t", "", "default", "", {}, "box", "box", "A100-80GB", CapacityType.ON_DEMAND,
+                         Fraction(1), 0, 0, 29.38, a, b)
+        )
+    cat = PriceCatalog.load(io.StringIO(CATALOG), name="hand.csv")
+    recs = recommend(RecommendInputs(led, now - 7 * 24 * H, now), cat)
+    idle = [r for r in recs if r.kind == "idle_capacity"]
+    assert len(idle) == 1, recs
+    r = idle[0]
+    assert r.target == "cluster:A100-80GB" and r.whatif == "autoscaling"
+    assert r.evidence["observed_hours"] == pytest.approx(0.5)
+    assert r.evidence["idle_gpu_hours"] == pytest.approx(3.5) and r.evidence["node_gpu_hours"] == pytest.approx(4.0)
+    assert (r.evidence["fleet_gpus"], r.evidence["peak_held_gpus"]) == (8, 1)
+    idle_usd = 29.38 / 2 * 7 / 8  # 7 of the 8 GPUs' half hour: the node's whole price is its GPUs'
+    assert r.evidence["idle_usd"] == pytest.approx(idle_usd, abs=0.01)
+    assert r.monthly_savings_usd == pytest.approx(r.evidence["idle_usd"] * HOURS_PER_MONTH / 0.5, rel=0.01)
+    assert "run 7 fewer A100-80GB GPUs" in r.action and "88%" in r.action
+    assert r.confidence < 0.6  # half an hour of history

@@ -6,8 +6,10 @@ samples, one per GPU per job), progress reports and the price catalog, which
 :func:`gpufleet.cost.spend.job_costs_usd` with the server's pricing rules (``RecommendInputs.rules``).
 
 Money: a figure measured over the window is scaled to a month (``× 730.5 h / window hours``,
-assuming the window's workload repeats) unless the action is about a job running now (idle GPUs:
-its current cost rate × a month) or a one-off (early stopping: the forecast remaining cost).
+assuming the window's workload repeats; the window starts no earlier than the ledger's first node
+interval, so a server 30 minutes old is judged on its 30 minutes) unless the action is about a job
+running now (idle GPUs: its current cost rate × a month) or a one-off (early stopping: the forecast
+remaining cost).
 
 Rules (each names its threshold in :class:`RecommendConfig`):
 
@@ -32,6 +34,10 @@ batch_size     util in [``underused_util_pct``, ``batch_util_pct``) and peak mem
 early_stop     a running job whose reported metric (loss-like: lower is better) improved less than
                ``plateau_rel`` over its last ``plateau_reports`` reports: stop it.
                $ = the forecast remaining cost (one-off).
+idle_capacity  a GPU model's nodes whose GPU-hours went unallocated (held by no job) ≥
+               ``idle_capacity_pct`` (30 %) of the observed window: run fewer GPUs (the peak held at
+               once says how many were never needed) or let the autoscaler remove idle nodes.
+               $ = their share of the window's idle cost (the cost report's idle line) × a month.
 reserved       a constant baseline of GPUs held (the ``reserved_quantile`` of hourly GPUs held) when
                a reserved discount is given: reserve it. $ = baseline × month × on-demand × discount.
 ============== =================================================================================
@@ -57,7 +63,7 @@ from gpufleet.cost.forecast import ProgressReport, forecast_job
 from gpufleet.cost.ledger import Ledger, UsageSegment
 from gpufleet.cost.roi import HOURS_PER_MONTH
 from gpufleet.cost.rules import PricingRules
-from gpufleet.cost.spend import job_costs_usd
+from gpufleet.cost.spend import job_costs_usd, spend_report
 from gpufleet.errors import CatalogError, InputError
 from gpufleet.model.gpu import GPU_MODELS, MIG_COMPUTE_SLICES, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES
@@ -141,6 +147,7 @@ class RecommendConfig:
     plateau_rel: float = 0.01
     reserved_quantile: float = 0.10
     reserved_discount: float | None = None  # e.g. 0.4 for 40 % off on-demand; None: no reserved advice
+    idle_capacity_pct: float = 30.0
     off_peak: OffPeak | None = None
 
 
@@ -211,6 +218,8 @@ def recommend(
     start, now = inputs.start, inputs.now
     if now <= start:
         raise InputError("the window is empty (now <= start)", field="window")
+    first = min((iv.start for iv in inputs.ledger.node_intervals(as_of=now)), default=start)
+    start = min(max(start, first), now - 1e-6)  # the observed window
     window_h = (now - start) / 3600.0
     to_month = HOURS_PER_MONTH / window_h
     uses = _job_uses(inputs.ledger, inputs.rules, start, now)
@@ -229,6 +238,7 @@ def recommend(
         out.extend(_off_peak_rec(job_id, use, facts, to_month, cfg))
         out.extend(_early_stop_rec(job_id, use, facts, inputs.progress.get(job_id, ()), rate, now, cfg))
     out.extend(_reserved_recs(inputs.ledger, start, now, cfg, catalog))
+    out.extend(_idle_capacity_recs(inputs.ledger, inputs.rules, start, now, cfg, to_month))
     out.sort(key=lambda r: (-r.monthly_savings_usd, r.kind, r.target))
     return out
 
@@ -510,6 +520,85 @@ def _early_stop_rec(
             )
         ]
     return []
+
+
+def _peak(spans: Sequence[tuple[float, float, float]]) -> float:
+    """The most of ``w`` held at once over spans ``(a, b, w)`` (ends before starts at one instant)."""
+    if not spans:
+        return 0.0
+    t = np.array([a for a, _, _ in spans] + [b for _, b, _ in spans])
+    w = np.array([x for _, _, x in spans] + [-x for _, _, x in spans])
+    return float(np.max(np.cumsum(w[np.lexsort((w, t))]), initial=0.0))
+
+
+def _idle_capacity_recs(
+    ledger: Ledger, rules: PricingRules | None, start: float, now: float, cfg: RecommendConfig, to_month: float
+) -> list[Recommendation]:
+    """GPU capacity no job held, per GPU model (see the module docstring's ``idle_capacity``)."""
+    node_gh: dict[str, float] = defaultdict(float)
+    node_spans: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    model_of: dict[str, str] = {}
+    for iv in ledger.node_intervals(as_of=now):
+        a, b = max(iv.start, start), min(iv.end, now)
+        model_of[iv.node] = iv.gpu_model
+        if b <= a or iv.gpu_count <= 0:
+            continue
+        node_gh[iv.gpu_model] += iv.gpu_count * (b - a) / 3600.0
+        node_spans[iv.gpu_model].append((a, b, float(iv.gpu_count)))
+    held_gh: dict[str, float] = defaultdict(float)
+    held_spans: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for sg in ledger.segments(as_of=now):
+        a, b = max(sg.start, start), min(sg.end, now)
+        if b <= a or sg.gpu_share <= 0:
+            continue
+        model = model_of.get(sg.node, sg.gpu_model)
+        held_gh[model] += float(sg.gpu_share) * (b - a) / 3600.0
+        held_spans[model].append((a, b, float(math.ceil(sg.gpu_share))))
+    idle_gh = {m: max(0.0, node_gh[m] - held_gh[m]) for m in node_gh}
+    total_idle_gh = sum(idle_gh.values())
+    if total_idle_gh <= 0:
+        return []
+    idle_usd = float(spend_report(ledger, start, now, rules=rules, as_of=now).idle.total_cost_usd)
+    hours = (now - start) / 3600.0
+    conf = 0.5 if hours < 24 else 0.7 if hours < 7 * 24 else 0.85
+    out = []
+    for model in sorted(idle_gh):
+        share = idle_gh[model] / node_gh[model] if node_gh[model] > 0 else 0.0
+        usd = idle_usd * idle_gh[model] / total_idle_gh
+        if share * 100 < cfg.idle_capacity_pct or usd <= 0:
+            continue
+        fleet = round(_peak(node_spans[model]))
+        peak = min(fleet, round(_peak(held_spans[model])))
+        spare = fleet - peak
+        how = (
+            f"run {spare} fewer {model} GPUs (at most {peak} of {fleet} were held at once) or let the autoscaler "
+            "remove idle nodes"
+            if spare > 0
+            else f"let the autoscaler remove idle {model} nodes between jobs (all {fleet} GPUs were held at some point)"
+        )
+        target = f"cluster:{model}"
+        out.append(
+            Recommendation(
+                _rid("idle_capacity", target),
+                "idle_capacity",
+                target,
+                "",
+                f"{share:.0%} of the {model} GPU-hours went unallocated in the last {hours:,.1f} h "
+                f"({idle_gh[model]:,.2f} of {node_gh[model]:,.2f} GPU-hours, ${usd:,.2f}): {how}.",
+                usd * to_month,
+                conf,
+                {
+                    "idle_gpu_hours": round(idle_gh[model], 4),
+                    "node_gpu_hours": round(node_gh[model], 4),
+                    "idle_usd": round(usd, 2),
+                    "observed_hours": round(hours, 3),
+                    "fleet_gpus": fleet,
+                    "peak_held_gpus": peak,
+                },
+                "autoscaling",
+            )
+        )
+    return out
 
 
 def _reserved_recs(
