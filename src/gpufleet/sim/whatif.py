@@ -34,7 +34,9 @@ on-demand. No queueing, no idle, no lost work: no schedule can cost less.
 
 **Prices**: the catalog's, except for nodes with their own price (a server's ledger, ``history``):
 they keep it on on-demand capacity, and their spot capacity costs it times the catalog's spot
-discount for the model (:func:`spot_ratio`). Both runs end when their last job ends.
+discount for the model (:func:`spot_ratio`). Each run ends when its last job ends; both are then
+billed over the same horizon, the later end (:func:`tail_usd`): a fixed cluster stays on while the
+other run still works, and an autoscaled node up at the end costs until its idle TTL.
 
 :func:`trace_from_history` turns recorded jobs (:class:`HistoryJob`, loaded from the store by
 :func:`gpufleet.control.whatif.history_from_store`) into a trace, so "what if" can replay the
@@ -139,12 +141,14 @@ class RunFigures:
     lost_work_s: float
 
     @classmethod
-    def of(cls, result: SimResult) -> RunFigures:
+    def of(cls, result: SimResult, extra_idle_usd: float = 0.0) -> RunFigures:
+        """The figures of a run; ``extra_idle_usd``: what its nodes cost after its last job, up to the
+        comparison's horizon (idle by definition)."""
         s = result.summary()
         return cls(
             result.name,
-            float(result.config.get("cluster_cost_usd", s["total_cost_usd"] or 0.0)),
-            float(result.config.get("idle_cost_usd", s["idle_cost_usd"] or 0.0)),
+            float(result.config.get("cluster_cost_usd", s["total_cost_usd"] or 0.0)) + extra_idle_usd,
+            float(result.config.get("idle_cost_usd", s["idle_cost_usd"] or 0.0)) + extra_idle_usd,
             float(s["gpu_hours"]),
             int(s["completed"]),
             int(s["never_started"]),
@@ -455,6 +459,29 @@ def simulate_world(
     return sim.run()
 
 
+def tail_usd(
+    result: SimResult,
+    nodes: Sequence[Node],
+    pools: Sequence[NodePool],
+    catalog: PriceCatalog,
+    horizon_s: float,
+    idle_ttl_s: float,
+) -> float:
+    """What a run's nodes cost from its last job's end to ``horizon_s``, the comparison's horizon:
+    nodes that are always on (static, and the pools' minimum) the whole way; autoscaled nodes still
+    up at the end until the autoscaler would remove them (``idle_ttl_s``) or the horizon."""
+    extra = max(0.0, horizon_s - result.makespan)
+    if extra <= 0:
+        return 0.0
+    fixed = sum(catalog.node_hour_usd(n) for n in nodes) + sum(
+        p.min_nodes * catalog.pool_node_hour_usd(p) for p in pools if p.min_nodes
+    )
+    live = [smp for smp in result.samples if smp.time <= result.makespan and smp.nodes > 0]
+    at_end = live[-1].cost_rate_usd_per_hour if live else fixed
+    scaled = max(0.0, at_end - fixed)
+    return round((fixed * extra + scaled * min(extra, idle_ttl_s)) / 3600.0, 2)
+
+
 def lower_bound_usd(
     trace: Trace,
     models: Sequence[str],
@@ -553,6 +580,16 @@ def run_whatif(
     b_trace, v_trace = _trace_for(trace, None), _trace_for(trace, ch, mig_nodes=mig_nodes)
     base = baseline or simulate_world(b_trace, _profile_for(prof, None), b_nodes, b_pools, opts, cat, "baseline")
     var = simulate_world(v_trace, _profile_for(prof, ch), v_nodes, v_pools, opts, cat, ch.text)
+    # one horizon for both bills: a fixed cluster is on until the later run's last job ends
+    horizon = max(base.makespan, var.makespan)
+    b_prof, v_prof = _profile_for(prof, None), _profile_for(prof, ch)
+    b_tail = tail_usd(base, b_nodes, b_pools, cat, horizon, b_prof.autoscaler.idle_ttl_s)
+    v_tail = tail_usd(var, v_nodes, v_pools, cat, horizon, v_prof.autoscaler.idle_ttl_s)
+    if b_tail or v_tail:
+        assumptions.append(
+            f"both runs billed to the later one's end ({horizon / 3600:,.2f} h): always-on nodes the whole "
+            "way, autoscaled nodes until their idle TTL"
+        )
     models = sorted({n.gpu_model for n in v_nodes} | {p.gpu_model for p in v_pools} - {""})
     own = {sh.gpu_model: sh.hourly_usd / sh.gpus for sh, _ in shapes if sh.hourly_usd is not None and sh.gpus}
     if own:
@@ -568,8 +605,8 @@ def run_whatif(
         len(trace.jobs),
         opts.seed,
         sum(c for _, c in shapes),
-        RunFigures.of(base),
-        RunFigures.of(var),
+        RunFigures.of(base, b_tail),
+        RunFigures.of(var, v_tail),
         lb,
         tuple(assumptions + notes),
     )
