@@ -68,7 +68,7 @@ def main() -> None:
                 jobs = {
                     "whole": c.submit(command=py, gpus=1, name="whole", env={**env, "GIB": "4", "HEAVY": "1"}),
                     "half": c.submit(
-                        command=py, gpus=1, gpu_milli=500, name="half", env={**env, "GIB": "2", "HEAVY": "0"}
+                        command=py, gpu_milli=500, name="half", env={**env, "GIB": "2", "HEAVY": "0"}
                     ),
                     "cpu": c.submit(command=py, name="cpu", env={**env, "GIB": "0", "HEAVY": "0"}),
                 }

@@ -49,8 +49,8 @@ BAD_SUBMITS: list[tuple[str, dict[str, Any], str]] = [
     ("bad env name", {"env": {"1X": "y"}}, "body.env.1X"),
     ("negative runtime", {"max_runtime_s": 0}, "body.max_runtime_s"),
     ("memory too small", {"gpus": 1, "gpu_types": ["T4"], "min_gpu_memory_gib": 40}, "body.min_gpu_memory_gib"),
-    ("fraction and mig", {"gpu_milli": 500, "mig": "1g.10gb"}, "body"),
-    ("fraction of two gpus", {"gpu_milli": 500, "gpus": 2}, "body"),
+    ("fraction and mig", {"gpu_milli": 500, "mig": "1g.10gb"}, "body.mig"),  # and body.gpu_milli
+    ("fraction of two gpus", {"gpu_milli": 500, "gpus": 2}, "body.gpus"),  # and body.gpu_milli
 ]
 
 
@@ -135,8 +135,11 @@ def test_submit_team_rules(api: Api) -> None:
         api.client.post("/v1/jobs", json={"command": ["x"], "team": "beta"}, headers=api.h("alice")), 403, "forbidden"
     )
     problem(api.client.post("/v1/jobs", json={"command": ["x"]}, headers=api.h("vera")), 403, "forbidden")
-    assert api.submit("admin", team="gamma")["team"] == "gamma"  # admins may submit anywhere (team created)
-    assert "gamma" in [t["name"] for t in api.client.get("/v1/teams", headers=api.h("admin")).json()]
+    # admins may submit to any team that exists; a submit never creates one (issue 10, observation 12)
+    unknown = api.client.post("/v1/jobs", json={"command": ["x"], "team": "gamma"}, headers=api.h("admin"))
+    assert fields(problem(unknown, 422, "invalid_input")) == ["body.team"]
+    assert api.client.put("/v1/teams/gamma", json={}, headers=api.h("admin")).status_code == 200  # on purpose
+    assert api.submit("admin", team="gamma")["team"] == "gamma"
 
 
 # -- list -----------------------------------------------------------------------------------------

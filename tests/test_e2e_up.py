@@ -58,8 +58,7 @@ def mixed_jobs(marks: Path, seed: int = 7) -> list[dict[str, object]]:
             spec: dict[str, object] = {"team": team, "name": f"{team}-{i}", "estimated_runtime_s": 1.0}
             if kind < 0.6:
                 spec["gpus"] = 1
-            elif kind < 0.8:
-                spec["gpus"] = 1
+            elif kind < 0.8:  # a fraction of one GPU (gpus 1 as well would be a conflicting request)
                 spec["gpu_milli"] = rng.choice([250, 500])
             else:
                 spec["gpus"] = 2

@@ -30,7 +30,7 @@ def with_host(api: Api) -> None:
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({"gpus": 1, "mig": "1g.10gb"}, "body.mig"),  # a MIG slice on GPUs not in MIG mode
+        ({"mig": "1g.10gb"}, "body.mig"),  # a MIG slice on GPUs not in MIG mode
         ({"gpus": 9}, "body.gpus"),  # more GPUs than any node has
         ({"gpus": 1, "memory_mib": 1000 * 1024}, "body.memory_mib"),  # 1000 GiB on a 256 GiB node
         ({"gpus": 1, "cpu_milli": 64000}, "body.cpu_milli"),  # 64 cores on a 32-core node

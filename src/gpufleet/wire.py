@@ -38,7 +38,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 NAME = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"  # team / token names (DNS-label-like)
 PriorityClass = Literal["background", "low", "normal", "high", "urgent"]
@@ -159,10 +160,26 @@ class JobSubmit(_Wire):
 
     @model_validator(mode="after")
     def _one_gpu_shape(self) -> JobSubmit:
-        if self.gpu_milli is not None and self.mig is not None:
-            raise ValueError("ask for either gpu_milli (a fraction of a shared GPU) or mig (a MIG slice), not both")
-        if (self.gpu_milli is not None or self.mig is not None) and self.gpus not in (0, 1):
-            raise ValueError("a fractional or MIG request is for one GPU: leave gpus at 0 or 1")
+        """Two GPU shapes in one request are refused, naming both fields (``gpus`` 1 with ``mig``
+        would otherwise silently become a MIG job: a fraction or a slice is always of one GPU)."""
+        shapes = {
+            name: value
+            for name, value in (("gpus", self.gpus or None), ("gpu_milli", self.gpu_milli), ("mig", self.mig))
+            if value is not None
+        }
+        if len(shapes) > 1:
+            hint = "ask for whole GPUs (gpus), a fraction of one shared GPU (gpu_milli) or a MIG slice (mig), not both"
+            errors = [
+                InitErrorDetails(
+                    type=PydanticCustomError(
+                        "conflict", f"conflicts with {' and '.join(n for n in shapes if n != name)}: {hint}"
+                    ),
+                    loc=(name,),
+                    input=value,
+                )
+                for name, value in shapes.items()
+            ]
+            raise ValidationError.from_exception_data("JobSubmit", errors)
         return self
 
 
@@ -209,6 +226,10 @@ class JobOut(_Out):
     estimated_runtime_s: float | None = None
     checkpoint_interval_s: float | None = None
     budget_usd: float | None = None
+    # seconds it has spent running, summed over its runs (a run still going counts up to the
+    # server's now); time queued — also between a preemption and the next run — is not counted.
+    # None: a server that does not report it (clients fall back to ended_at/now − started_at)
+    run_seconds: float | None = None
 
     @property
     def terminal(self) -> bool:
@@ -234,8 +255,13 @@ class QueueEntry(_Out):
     priority: str
     position: int  # 1 = next to start, in the order of the last scheduling cycle
     reason: str  # why it waits
-    estimated_start: datetime | None  # None: unknown (no runtime estimates ahead of it)
+    # when it should start (see gpufleet.scheduling.estimate); None: blocked (below) or unknown
+    # (its start depends on a job with no runtime estimate, or on a node being added)
+    estimated_start: datetime | None
     submitted_at: datetime
+    # what holds it besides room, in short ("quota", "budget 'nlp'", "capacity"); the reason says
+    # more. None: it waits for room or its turn (estimated_start says when)
+    blocked: str | None = None
 
 
 class NodeOut(_Out):

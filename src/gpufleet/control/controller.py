@@ -42,7 +42,8 @@ from gpufleet.model.job import Job, JobState
 from gpufleet.model.node import Node
 from gpufleet.scheduling.cycle import Scheduler
 from gpufleet.scheduling.decisions import Decisions
-from gpufleet.scheduling.estimate import estimate_starts
+from gpufleet.scheduling.estimate import Release, estimate_queue, expected_end
+from gpufleet.scheduling.framework import Status
 from gpufleet.scheduling.preemption import RunningJob
 from gpufleet.scheduling.profile import Profile
 from gpufleet.scheduling.snapshot import ClusterSnapshot
@@ -194,6 +195,12 @@ class Controller:
     @property
     def _waiting(self) -> Mapping[str, str]:
         return self.loop.waiting
+
+    @property
+    def _statuses(self) -> Mapping[str, Status]:
+        """Why each queued job still waits after the last cycle, with the kind of wait."""
+        decisions = self.loop.decisions
+        return decisions.waiting if decisions is not None else {}
 
     @property
     def stats(self) -> StepStats:
@@ -371,20 +378,39 @@ class Controller:
 
     # -- publishing ------------------------------------------------------------------------------------
     def queue_entries(self, now: float) -> list[dict[str, Any]]:
+        """The queue as published: the last cycle's order (jobs it has not seen after, by submit
+        time), why each waits, and its estimate (:mod:`gpufleet.scheduling.estimate`: blocked with a
+        short reason, or a start anchored on the running jobs' expected ends). Capacity is that of
+        the schedulable nodes; what a running job holds on a node that is not counts for nothing."""
         order = [j for j in self.loop.order if j.id in self.pending]
         seen = {j.id for j in order}
-        order += sorted((j for j in self.pending.values() if j.id not in seen), key=lambda j: j.submit_time)
-        capacity = int(self.snapshot.gpu_count[: self.snapshot.n].sum()) * MILLI
-        starts = estimate_starts(order, self.running.values(), capacity, now)
-        return [
-            {
-                "job": j.id,
-                "position": i + 1,
-                "reason": self._waiting.get(j.id, "waiting for the next scheduling cycle"),
-                "estimated_start": starts.get(j.id),
-            }
-            for i, j in enumerate(order)
-        ]
+        order += sorted((j for j in self.pending.values() if j.id not in seen), key=lambda j: (j.submit_time, j.id))
+        snap = self.snapshot
+        live = snap.schedulable[: snap.n]
+        capacity = int(snap.gpu_count[: snap.n][live].sum()) * MILLI
+        grace = self.config.grace_s
+        releases = []
+        for job_id, rj in self.running.items():
+            ar = self.active.get(job_id)
+            end = expected_end(rj.job, now, grace_s=grace, stopping=ar is not None and ar.stopping is not None)
+            milli = sum(a.milli * len(a.gpus) for a in rj.assignments if a.node < snap.n and live[a.node])
+            releases.append(Release(end, milli))
+        statuses = self._statuses
+        estimates = estimate_queue(order, statuses, releases, capacity, now, can_grow=self.loop.provisioner is not None)
+        out = []
+        for i, j in enumerate(order):
+            status = statuses.get(j.id)
+            est = estimates[j.id]
+            out.append(
+                {
+                    "job": j.id,
+                    "position": i + 1,
+                    "reason": status.reason if status is not None else "waiting for the next scheduling cycle",
+                    "estimated_start": est.start,
+                    "blocked": est.blocked,
+                }
+            )
+        return out
 
     def _publish(self, now: float) -> None:
         if now - self._last_publish < max(QUEUE_PUBLISH_INTERVAL_S, CYCLE_COST_FACTOR * self._publish_s):

@@ -49,6 +49,10 @@ class LastAdminTokenError(ConflictError):
     code = "last_admin_token"
 
 
+class UnknownTeamError(InputError):
+    """A submit names a team that does not exist (422 naming ``team``; teams are created on purpose)."""
+
+
 # -- accounts ---------------------------------------------------------------------------------------
 
 
@@ -143,12 +147,20 @@ def submit_owner(
 ) -> str | None:
     """The checks a submit makes against the store, in its transaction; returns ``jobs.run_as``.
 
-    A team that does not exist yet may be refused (single-team server); the priority class must be
-    granted to the team (admins: any); the account is the token's, else the team's, and is required
-    when the server does not run jobs as itself."""
+    The team must exist: a submit never creates one (a typo in ``--team`` would otherwise make a new
+    team with default settings, issue 10 observation 12) — an admin creates teams on purpose
+    (``PUT /v1/teams/{name}``, ``gpufleet team set``); on a single-team server a second team could
+    not be created at all, which the refusal says instead (409 ``single_team``). The priority class
+    must be granted to the team (admins: any); the account is the token's, else the team's, and is
+    required when the server does not run jobs as itself."""
     row = s.get(Team, team)
     if row is None:
-        check_new_team(s, team, single_team=single_team)
+        check_new_team(s, team, single_team=single_team)  # one that could not even be created: 409 says why
+        raise UnknownTeamError(
+            f"team '{team}' does not exist; an admin creates it first with `gpufleet team set {team}` "
+            f"(PUT /v1/teams/{team}), then submits to it",
+            field="team",
+        )
     check_priority(priority, team, row, role)
     token = s.get(Token, token_id) if token_id else None
     run_as = resolve_run_as(token, row)

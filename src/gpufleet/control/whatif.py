@@ -8,10 +8,10 @@ from sqlalchemy.orm import Session
 
 from gpufleet.errors import InputError
 from gpufleet.model.node import CapacityType, Node, SharingMode
-from gpufleet.store.models import NodeIntervalRow, NodeRow
 from gpufleet.sim.traces.base import Trace
 from gpufleet.sim.whatif import HistoryJob, trace_from_history
 from gpufleet.store import Database, repo
+from gpufleet.store.models import NodeIntervalRow, NodeRow
 
 
 def history_from_store(
@@ -71,7 +71,7 @@ def observed_nodes(session: Session, start: float, end: float) -> list[Node]:
     for iv, sharing in session.execute(q):
         last[iv.node] = (iv, sharing)
     out = []
-    for name, (iv, sharing) in sorted(last.items()):
+    for name, (iv, mode) in sorted(last.items()):
         if iv.capacity_type != CapacityType.ON_DEMAND.value or not iv.gpu_count:
             continue
         out.append(
@@ -83,7 +83,7 @@ def observed_nodes(session: Session, start: float, end: float) -> list[Node]:
                 iv.memory_mib,
                 pool=iv.pool,
                 hourly_price_usd=iv.hourly_usd,
-                sharing=SharingMode(sharing) if sharing in {m.value for m in SharingMode} else SharingMode.SHARED,
+                sharing=SharingMode(mode) if mode in {m.value for m in SharingMode} else SharingMode.SHARED,
             )
         )
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Annotated
 
 import anyio
@@ -68,6 +68,12 @@ def _visible_job(s: Session, who: Principal, job_id: str) -> JobRow:
     return row
 
 
+def _outs(s: Session, rows: Sequence[JobRow], now: float) -> list[JobOut]:
+    """The jobs on the wire, each with its running time summed over its runs (one query)."""
+    ran = repo.run_seconds(s, [r.id for r in rows if r.started_at is not None], now)
+    return [job_out(r).model_copy(update={"run_seconds": round(ran.get(r.id, 0.0), 3)}) for r in rows]
+
+
 def _wake(ctx: ApiContext) -> None:
     if ctx.wake is not None:
         ctx.wake()
@@ -97,7 +103,10 @@ def submit_job(
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
 ) -> Response:
     """Queue a job. With an ``Idempotency-Key`` a retried submit returns the job the first one
-    created (200) instead of creating another; the same key with a different body is a 409."""
+    created (200) instead of creating another; the same key with a different body is a 409. Two GPU
+    shapes in one body (``gpus`` with ``mig`` or ``gpu_milli``, ``gpu_milli`` with ``mig``) are a
+    422 naming both fields; a team that does not exist is a 422 naming ``body.team`` — a submit never
+    creates one (an admin does, with ``PUT /v1/teams/{name}``)."""
     with input_at("body"):
         prepared = prepare_submit(body, caller_team=who.team, caller_role=who.role)
     now = ctx.clock.now()
@@ -115,7 +124,7 @@ def submit_job(
                 now=now,
                 rules=ctx.pricing_rules,
             )
-            out = job_out(row)
+            out = _outs(s, [row], now)[0] if not created else job_out(row).model_copy(update={"run_seconds": 0.0})
     except BudgetExceededError as e:  # a block budget refused it: RFC 9457 problem, 402 Payment Required
         return problem_response(402, e.code, e.message, instance="/v1/jobs")
     if created:
@@ -168,18 +177,20 @@ def list_jobs(
         return JobPage(items=[], next_cursor=None)  # another team's jobs: as if there were none
     else:
         teams = [who.team]
+    now = ctx.clock.now()
     with ctx.database.session(readonly=True) as s:
         rows, next_seq = repo.list_jobs(
             s, teams=teams, states=states or None, project=project, labels=labels or None, cursor=after, limit=limit
         )
-        items = [job_out(r) for r in rows]
+        items = _outs(s, rows, now)
     return JobPage(items=items, next_cursor=None if next_seq is None else encode_cursor(next_seq))
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=READ_ONE, summary="Get a job")
 def get_job(job_id: str, ctx: Ctx, who: Caller) -> JobOut:
+    now = ctx.clock.now()
     with ctx.database.session(readonly=True) as s:
-        return job_out(_visible_job(s, who, job_id))
+        return _outs(s, [_visible_job(s, who, job_id)], now)[0]
 
 
 @router.post(
@@ -195,7 +206,7 @@ def cancel_job(job_id: str, response: Response, ctx: Ctx, who: Caller) -> JobOut
     with ctx.database.session() as s:
         row = _visible_job(s, who, job_id)
         require_writer(who)
-        out = job_out(jobs_service.cancel(s, row, by=who.token_id, now=now))
+        out = _outs(s, [jobs_service.cancel(s, row, by=who.token_id, now=now)], now)[0]
     if out.state != JobState.CANCELLED.value:
         response.status_code = 202
     _wake(ctx)

@@ -1,8 +1,9 @@
 """``/v1/queue``: the waiting jobs in the order of the scheduler's last cycle.
 
-The scheduler leader publishes ``[{job, position, reason, estimated_start}]`` on its controller row
-each cycle; this joins it with the job rows (one query) and drops what is not waiting any more.
-Without a leader (none started yet) the pending jobs are listed in submit order.
+The scheduler leader publishes ``[{job, position, reason, estimated_start, blocked}]`` on its
+controller row (at most once a second; how the estimate is made: :mod:`gpufleet.scheduling.estimate`);
+this joins it with the job rows (one query) and drops what is not waiting any more. Without a
+leader (none started yet) the pending jobs are listed in submit order.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ def _estimated(value: Any) -> float | None:
         return None if value is None else float(value)
     except (TypeError, ValueError):
         return None
+
+
+def _blocked(value: Any) -> str | None:
+    return str(value) if value else None
 
 
 @router.get("/queue", response_model=list[QueueEntry], responses=AUTHED, summary="The queue")
@@ -80,6 +85,7 @@ def get_queue(
                 reason=str(entry.get("reason") or ""),
                 estimated_start=ts_or_none(_estimated(entry.get("estimated_start"))),
                 submitted_at=ts(row.submitted_at),
+                blocked=_blocked(entry.get("blocked")),
             )
         )
     out.sort(key=lambda e: e.position)

@@ -57,6 +57,7 @@ from gpufleet.store.repo.runs import (
     open_runs_by_team,
     request_stop,
     run_history,
+    run_seconds,
 )
 from gpufleet.store.repo.segments import append_segment, load_ledger
 from gpufleet.store.repo.teams import (
@@ -119,6 +120,7 @@ __all__ = [
     "request_stop",
     "revoke_token",
     "run_history",
+    "run_seconds",
     "state_changes_since",
     "submit_job",
     "team_quotas",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -112,6 +112,28 @@ def run_history(s: Session, start: float, end: float) -> list[tuple[JobRow, floa
             run_time[r.job_id] = run_time.get(r.job_id, 0.0) + max(0.0, r.ended_at - r.started_at)
             pods[r.job_id] = max(pods.get(r.job_id, 1), len(r.placement or []) or 1)
     return [(j, run_time[j.id], pods.get(j.id, 1)) for j in rows if j.id in run_time]
+
+
+def run_seconds(s: Session, job_ids: Collection[str], now: float) -> dict[str, float]:
+    """Seconds each of ``job_ids`` has spent running, over all its runs (one query): a run counts
+    from its start to its end — one still going up to ``now``, or to its job's end if the job ended
+    while the run was never closed — and a run that never started counts nothing. Time spent
+    admitted or waiting (before a run, or between a preemption and the next run) is not running
+    time. Jobs that never ran are absent (0)."""
+    out: dict[str, float] = {}
+    if not job_ids:
+        return out
+    q = (
+        select(RunRow.job_id, RunRow.started_at, RunRow.ended_at, JobRow.ended_at)
+        .join(JobRow, JobRow.id == RunRow.job_id)
+        .where(RunRow.job_id.in_(list(job_ids)), RunRow.started_at.is_not(None))
+    )
+    for job_id, started, ended, job_ended in s.execute(q):
+        if started is None:  # filtered out above; for the type checker
+            continue
+        end = ended if ended is not None else job_ended if job_ended is not None else now
+        out[job_id] = out.get(job_id, 0.0) + max(0.0, end - started)
+    return out
 
 
 def open_run_placements(s: Session) -> list[list[dict[str, Any]]]:
