@@ -708,7 +708,7 @@ def test_cli_db_upgrade_and_current(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     res = runner.invoke(app, ["db", "current"])
     assert res.exit_code == 0 and f"{HEAD} (head {HEAD}; up to date)" in " ".join(res.output.split())
     res = runner.invoke(app, ["db", "upgrade", "--db", "postgresql+psycopg://u:pw@127.0.0.1:1/x"])
-    assert res.exit_code == 2
+    assert res.exit_code == 5
     assert "cannot" in res.output and "u:***@" in res.output and ":pw@" not in res.output
 
 

@@ -3,10 +3,8 @@
 and they reach the server through the same :func:`gpufleet.cli.jobs.make_client`.
 """
 
-from __future__ import annotations
-
 import math
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -22,10 +20,8 @@ from gpufleet.cli.render import (
     tokens_table,
     usage_table,
 )
-from gpufleet.model.job import PRIORITY_CLASSES
-from gpufleet.sdk.errors import NotFound
-from gpufleet.wire import Role, TeamIn
 
+RoleName = Literal["admin", "member", "viewer"]  # the values of gpufleet.wire.Role (not imported at start-up)
 team_app = typer.Typer(help="Teams: quotas per GPU model, fair-share weight, cohorts.", no_args_is_help=True)
 token_app = typer.Typer(help="API tokens (admin).", no_args_is_help=True)
 
@@ -55,6 +51,8 @@ def parse_quota(items: list[str] | None) -> dict[str, float | None]:
 
 def parse_priority_classes(value: str | None) -> list[str] | None:
     """``normal,high`` → the list; ``default`` (or ``none``) → None: the default grant."""
+    from gpufleet.model.job import PRIORITY_CLASSES
+
     if value is None or value.strip().lower() in (*NONE_WORDS, "default"):
         return None
     classes = [c.strip() for c in value.split(",") if c.strip()]
@@ -124,6 +122,9 @@ def team_set(
     token: TokenOpt = None,
 ) -> None:
     """Create a team or change it (admin). Only the options given change; quotas merge per model."""
+    from gpufleet.sdk.errors import NotFound
+    from gpufleet.wire import TeamIn
+
     changes = parse_quota(quota)
     grant = parse_priority_classes(priority_classes)
     limit: float | None = None
@@ -177,7 +178,7 @@ def team_set(
 @api_errors
 def token_create(
     team: Annotated[str, typer.Option("--team", help="the team the token acts for")],
-    role: Annotated[Role, typer.Option("--role", help="admin, member or viewer")] = Role.MEMBER,
+    role: Annotated[RoleName, typer.Option("--role", help="admin, member or viewer")] = "member",
     name: Annotated[str, typer.Option("--name", help="what it is for")] = "",
     expires_in_days: Annotated[
         float | None, typer.Option("--expires-in-days", help="default: never", show_default=False)
@@ -191,8 +192,10 @@ def token_create(
     token: TokenOpt = None,
 ) -> None:
     """Create a token and print its secret — the only time it is shown."""
+    from gpufleet.wire import Role
+
     with jobs.make_client(url, token) as client:
-        created = client.create_token(team, role, name, expires_in_days, run_as=run_as)
+        created = client.create_token(team, Role(role), name, expires_in_days, run_as=run_as)
     if as_json:
         emit_json(created)
         return

@@ -4,22 +4,30 @@ Exit codes as for the job commands (2 bad input, 3 not found, 4 forbidden, 6 con
 ``check`` exits 6 when a ``block`` budget would refuse the job, so scripts can gate a submit on it.
 """
 
-from __future__ import annotations
-
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
-from rich.table import Table
 
 from gpufleet.cli import jobs as cli_jobs
 from gpufleet.cli.common import console, fail
 from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt, parse_duration
-from gpufleet.cli.render import EXIT_CONFLICT, EXIT_INPUT, api_errors, bad_option, emit_json, note
-from gpufleet.wire import BudgetIn, BudgetOut, BudgetStatusOut
+from gpufleet.cli.render import (
+    EXIT_CONFLICT,
+    EXIT_INPUT,
+    Col,
+    api_errors,
+    bad_option,
+    emit_json,
+    make_table,
+    money,
+    note,
+)
+
+if TYPE_CHECKING:
+    from gpufleet.wire import BudgetOut, BudgetStatusOut
 
 budget_app = typer.Typer(no_args_is_help=True, help="Budgets: spending limits with alerts, throttles and blocks.")
 
@@ -111,6 +119,10 @@ def create(
     token: TokenOpt = None,
 ) -> None:
     """Create a budget (admin)."""
+    from pydantic import ValidationError
+
+    from gpufleet.wire import BudgetIn
+
     fields: dict[str, Any] = {
         "name": name,
         "scope": scope,
@@ -147,7 +159,7 @@ def create(
         _print_budget(out)
 
 
-def _print_budget(b: BudgetOut) -> None:
+def _print_budget(b: "BudgetOut") -> None:
     ths = ", ".join(f"{t.percent:g}% {t.severity}" for t in b.thresholds)
     console.print(
         f"[bold]{escape(b.name)}[/] ({b.id}) — {escape(b.scope)}, ${b.limit_usd:,.2f} {b.period} ({b.timezone})"
@@ -178,30 +190,42 @@ def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> 
     if not items:
         note("no budgets")
         return
-    table = Table()
-    for col in ("ID", "NAME", "SCOPE", "LIMIT", "PERIOD", "ACTION", "ENABLED"):
-        table.add_column(col)
-    for b in items:
-        table.add_row(
-            b.id,
+    cols = [
+        Col("ID"),
+        Col("NAME", cut="middle", min_width=8),
+        Col("SCOPE", cut="middle", min_width=10),
+        Col("LIMIT", justify="right"),
+        Col("PERIOD"),
+        Col("ACTION"),
+        Col("ENABLED"),
+    ]
+    rows = [
+        [
+            escape(b.id),
             escape(b.name),
             escape(b.scope),
-            f"${b.limit_usd:,.2f}",
+            money(b.limit_usd),
             b.period,
             b.action,
             "yes" if b.enabled else "no",
-        )
-    console.print(table)
+        ]
+        for b in items
+    ]
+    console.print(make_table(cols, rows))
 
 
-def _print_status(st: BudgetStatusOut) -> None:
+def _print_status(st: "BudgetStatusOut") -> None:
     console.print(
         f"period {st.period_start:%Y-%m-%d %H:%M} → {st.period_end:%Y-%m-%d %H:%M} UTC, {st.days_left:.1f} days left"
     )
+    from gpufleet.cost.budget_status import left_phrase
+
+    console.print(f"spent ${st.spend_usd:,.2f} of ${st.limit_usd:,.2f} ({st.percent:.1f}%)")
     console.print(
-        f"spent ${st.spend_usd:,.2f} of ${st.limit_usd:,.2f} ({st.percent:.1f}%), "
-        f"projected ${st.projected_usd:,.2f} at period end, committed ${st.committed_usd:,.2f}"
+        f"committed ${st.committed_usd:,.2f} (spent plus the estimated rest of running and queued jobs): "
+        f"{left_phrase(st.limit_usd, st.committed_usd)}"
     )
+    console.print(f"projected ${st.projected_usd:,.2f} at period end (run rate so far, at least what is committed)")
     if st.enforcing:
         console.print(f"[bold red]{st.action} in force[/]")
     for a in st.alerts:
@@ -272,6 +296,8 @@ def check(
         max_runtime=max_runtime,
         estimate=estimate,
     )
+    from gpufleet.cost.budget_status import left_phrase
+
     with cli_jobs.make_client(url, token) as client:
         out = client.check_budget(spec)
     if as_json:
@@ -286,8 +312,8 @@ def check(
         for line in out.budgets:
             verdict = "[green]fits[/]" if line.fits else "[red]does not fit[/]"
             console.print(
-                f"  {escape(line.name)} ({escape(line.scope)}, {line.action}): ${line.remaining_usd:,.2f} left of "
-                f"${line.limit_usd:,.2f} — {verdict}"
+                f"  {escape(line.name)} ({escape(line.scope)}, {line.action}): limit ${line.limit_usd:,.2f}, "
+                f"committed ${line.committed_usd:,.2f}, {left_phrase(line.limit_usd, line.committed_usd)} — {verdict}"
             )
     if out.blocked:
         raise typer.Exit(EXIT_CONFLICT)

@@ -1,4 +1,8 @@
-"""What every command shares: error handling at the boundary and the console."""
+"""What every command shares: error handling at the boundary and the consoles.
+
+Light on purpose: every ``gpufleet`` call imports this module, so it imports only Typer, Rich's
+console and :mod:`gpufleet.errors` (the exit codes and their mapping live in :mod:`.render`).
+"""
 
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ def _flags_take_no_value() -> None:
 
 _flags_take_no_value()
 
-EXIT_INPUT = 2  # bad input (file, config, argument)
+EXIT_INPUT = 2  # bad input (file, config, argument); every code is listed in gpufleet.cli.render
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 
 
 def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
@@ -45,16 +50,19 @@ def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
 
 
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn the root exception type into one clear line on stderr and exit code 2."""
+    """A gpufleet error becomes one clear line on stderr and the exit code of its family (2 bad
+    input, 3 not found, 5 unavailable...: :func:`gpufleet.cli.render.exit_code_for`); Ctrl-C exits 130."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except GpufleetError as e:
-            raise fail(e.message if not hasattr(e, "source") else str(e)) from None
+            from gpufleet.cli.render import report_error
+
+            raise typer.Exit(report_error(e)) from None
         except KeyboardInterrupt:
             err_console.print("interrupted")
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
 
     return wrapper

@@ -7,8 +7,6 @@ adjustment), ``json`` (the wire model) or ``csv`` (one line per row and per summ
 ``kind`` column) for machines; both machine formats go to stdout alone.
 """
 
-from __future__ import annotations
-
 import csv
 import importlib
 import io
@@ -16,18 +14,32 @@ import json
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from gpufleet.cli import jobs
 from gpufleet.cli.common import console
 from gpufleet.cli.jobs import TokenOpt, UrlOpt
-from gpufleet.cli.render import EXIT_INPUT, api_errors, bad_option, emit_json, money, note
-from gpufleet.cost.report import DIMENSIONS
-from gpufleet.sdk.client import Client
-from gpufleet.wire import CostLineOut, UsageReport
+from gpufleet.cli.render import (
+    EXIT_INPUT,
+    Col,
+    Row,
+    api_errors,
+    bad_option,
+    emit_json,
+    make_table,
+    money,
+    note,
+    window_title,
+)
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from gpufleet.sdk.client import Client
+    from gpufleet.wire import CostLineOut, UsageReport
 
 FORMATS = ("table", "detailed", "json", "csv")
 _DURATION = re.compile(r"^\d+(\.\d+)?[mhdw]$")
@@ -41,6 +53,8 @@ cost_app = typer.Typer(
 
 def parse_by(text: str) -> list[str]:
     """``team,project`` → names, checked against the dimensions (exit 2 naming ``--by``)."""
+    from gpufleet.cost.report import DIMENSIONS
+
     names = [p.strip() for p in text.split(",") if p.strip()]
     if not names:
         raise bad_option("--by", "name at least one dimension (e.g. team)")
@@ -74,8 +88,8 @@ def choose_window(last: str | None, window: str | None) -> str:
 
 
 def fetch_report(
-    client: Client, window: str, by: list[str], spread_idle: bool, team: str | None, labels: list[str]
-) -> UsageReport:
+    client: "Client", window: str, by: list[str], spread_idle: bool, team: str | None, labels: list[str]
+) -> "UsageReport":
     """``GET /v1/usage`` with the filters."""
     return client.usage(window, by, spread_idle, team=team, labels=labels)
 
@@ -149,7 +163,7 @@ def _roi(window: str, by: list[str], team: str | None, fmt: str, url: str | None
 # -- rendering ------------------------------------------------------------------------------------
 
 
-def _summary_lines(report: UsageReport) -> list[tuple[str, CostLineOut]]:
+def _summary_lines(report: "UsageReport") -> "list[tuple[str, CostLineOut]]":
     """The lines below the rows, as (kind, line): shown when they hold money (idle and total always)."""
     out: list[tuple[str, CostLineOut]] = []
     if report.other is not None and (report.filters or _nonzero(report.other)):
@@ -172,64 +186,68 @@ _LABELS = {
 }
 
 
-def _nonzero(line: CostLineOut) -> bool:
+def _nonzero(line: "CostLineOut") -> bool:
     return Decimal(line.total_cost_usd) != 0
 
 
-def cost_table(report: UsageReport, *, detailed: bool = False) -> Table:
-    start, end = report.window_start, report.window_end
-    title = f"cost {start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} UTC"
+def cost_table(report: "UsageReport", *, detailed: bool = False, width: int | None = None) -> "Table":
+    """Rows by the report's dimensions, GPU-hours and money; the summary lines below. The title's
+    parts (the window, the filters, the rules) each stay on one line at any terminal width."""
+    title = [window_title("cost", report.window_start, report.window_end)]
     if report.filters:
-        title += " · " + ", ".join(f"{k}={v}" for k, v in report.filters.items())
+        title.append(", ".join(f"{k}={v}" for k, v in report.filters.items()))
     if report.rules:
-        title += f" · rules: {report.rules}"
+        title.append(f"rules: {report.rules}")
     keys = list(report.aggregate)
     money_cols = ["GPU $", "CPU $", "MEMORY $", "ADJ $", "TOTAL $"] if detailed else ["TOTAL $"]
-    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False, box=None)
-    for k in keys:
-        t.add_column(k.upper())
-    for c in ["GPU-H", *money_cols]:
-        t.add_column(c, justify="right")
+    cols = [
+        *(Col(k.upper(), cut="middle", min_width=max(8, len(k))) for k in keys),
+        *(Col(c, justify="right") for c in ["GPU-H", *money_cols]),
+    ]
 
-    def add(line: CostLineOut, label: str | None = None, style: str | None = None) -> None:
+    def line_row(line: "CostLineOut", label: str | None = None, style: str | None = None) -> Row:
         cells = [
-            (label if i == 0 else "") if label is not None else (line.key.get(k) or "–") for i, k in enumerate(keys)
+            (label if i == 0 else "") if label is not None else escape(line.key.get(k) or "–")
+            for i, k in enumerate(keys)
         ]
         amounts = [line.gpu_cost_usd, line.cpu_cost_usd, line.memory_cost_usd, line.adjustment_usd]
         values = (
             [*(money(a) for a in amounts), money(line.total_cost_usd)] if detailed else [money(line.total_cost_usd)]
         )
-        t.add_row(*cells, f"{line.gpu_hours:,.1f}", *values, style=style)
+        return Row([*cells, f"{line.gpu_hours:,.1f}", *values], style)
 
-    for line in report.rows:
-        add(line)
+    rows = [line_row(line) for line in report.rows]
     for kind, line in _summary_lines(report):
         sign = "−" if kind == "adjustment" else ""
-        add(line, sign + _LABELS[kind], "bold" if kind == "total" else "dim")
-    return t
+        rows.append(line_row(line, sign + _LABELS[kind], "bold" if kind == "total" else "dim"))
+    return make_table(cols, rows, title=title, width=width)
 
 
-def reservations_table(report: UsageReport) -> Table:
-    t = Table(title="reserved commitments", title_justify="left", header_style="bold", pad_edge=False, box=None)
-    for c in ("NAME", "GPU", "GPUS", "GPU-H", "COMMITTED $", "COVERED $", "UNUSED $"):
-        t.add_column(c, justify="right" if c not in ("NAME", "GPU") else "left")
-    for r in report.reservations:
-        t.add_row(
-            r.name,
-            r.gpu_model,
+def reservations_table(report: "UsageReport", *, width: int | None = None) -> "Table":
+    cols = [
+        Col("NAME", cut="middle", min_width=8),
+        Col("GPU"),
+        *(Col(c, justify="right") for c in ("GPUS", "GPU-H", "COMMITTED $", "COVERED $", "UNUSED $")),
+    ]
+    rows = [
+        [
+            escape(r.name),
+            escape(r.gpu_model),
             str(r.gpus),
             f"{r.committed_gpu_hours:,.1f}",
             money(r.committed_usd),
             money(r.covered_usd),
             money(r.unused_usd),
-        )
-    return t
+        ]
+        for r in report.reservations
+    ]
+    return make_table(cols, rows, title="reserved commitments", width=width)
 
 
 CSV_MONEY = ("gpu_cost_usd", "cpu_cost_usd", "memory_cost_usd", "adjustment_usd", "total_cost_usd")
 
 
-def report_csv(report: UsageReport) -> str:
+def report_csv(report: "UsageReport") -> str:
     """One CSV line per row and per summary line (``kind``: row, other, adjustment, idle,
     reservation_unused, total); ``sum(row) + other − adjustment + idle + reservation_unused = total``."""
     buf = io.StringIO()

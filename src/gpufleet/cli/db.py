@@ -4,8 +4,6 @@ The server migrates its store on start; these commands are for operators who mig
 rollout (e.g. a Kubernetes init job against PostgreSQL) or want to see where a store stands.
 """
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

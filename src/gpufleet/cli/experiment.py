@@ -1,25 +1,25 @@
 """``gpufleet experiment``: reproduce research experiments (mounted by the main CLI).
 
 ``gpufleet experiment fragmentation`` runs the FGD paper's fragmentation experiment on openb
-traces (see :mod:`gpufleet.sim.experiments.fragmentation`).
+traces (see :mod:`gpufleet.sim.experiments.fragmentation`). The experiment (numpy, the placement
+policies) is imported when the command runs, not when ``gpufleet`` starts.
 """
-
-from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from gpufleet.errors import GpufleetError
-from gpufleet.io.experiments import run_fragmentation
-from gpufleet.scheduling import placement as _placement  # noqa: F401  (registers the policies)
-from gpufleet.scheduling.framework import PLACEMENT
-from gpufleet.sim.experiments.fragmentation import TraceResult
+from gpufleet.cli.common import console, fail, handle_errors
+from gpufleet.cli.progress import interactive, progress_bar
+from gpufleet.cli.render import Col, make_table
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gpufleet.sim.experiments.fragmentation import TraceResult
 
 experiment_app = typer.Typer(help="Reproduce research experiments.", no_args_is_help=True)
 
@@ -32,11 +32,6 @@ def _group() -> None:
 
 
 CURVE_POINTS = range(0, 131, 10)
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -66,7 +61,7 @@ def _num(x: float) -> float | None:
     return None if math.isnan(x) else round(x, 2)
 
 
-def result_json(tr: TraceResult) -> dict[str, object]:
+def result_json(tr: "TraceResult") -> dict[str, object]:
     policies: dict[str, object] = {}
     for name, pr in tr.policies.items():
         curve = pr.median_unallocated_pct
@@ -79,36 +74,41 @@ def result_json(tr: TraceResult) -> dict[str, object]:
     return {"trace": tr.trace, "total_gpus": tr.total_gpus, "seeds": list(tr.seeds), "policies": policies}
 
 
-def _render(tr: TraceResult, console: Console) -> None:
-    for title, unalloc in (("allocated GPUs (%)", False), ("unallocated GPUs (%)", True)):
-        table = Table(title=f"{tr.trace}: {title}, median of {len(tr.seeds)} seeds, by arrived GPU request (%)")
-        table.add_column("policy")
-        for k in CURVE_POINTS:
-            table.add_column(str(k), justify="right")
-        for name, pr in tr.policies.items():
-            curve = pr.median_unallocated_pct if unalloc else pr.median_allocation_pct
-            table.add_row(name, *(f"{curve[k]:.2f}" for k in CURVE_POINTS))
-        console.print(table)
-    table = Table(title=f"{tr.trace}: unallocated GPUs (%) at 100% arrived vs the FGD paper")
-    for col in ("policy", "gpufleet", "published", "difference"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
+def _render(tr: "TraceResult", out: "Console") -> None:
+    """One row per arrived share (0 %, 10 % … 130 % of the cluster's GPUs), one column per policy:
+    fits 80 columns for up to eight policies."""
+    names = list(tr.policies)
+    for what, unalloc in (("allocated GPUs (%)", False), ("unallocated GPUs (%)", True)):
+        curves = {
+            n: (pr.median_unallocated_pct if unalloc else pr.median_allocation_pct) for n, pr in tr.policies.items()
+        }
+        rows = [[f"{k}%", *(f"{curves[n][k]:.2f}" for n in names)] for k in CURVE_POINTS]
+        title = [f"{tr.trace}: {what}", f"median of {len(tr.seeds)} seeds", "by arrived GPU request (% of capacity)"]
+        curve_cols = [Col("ARRIVED", justify="right"), *(Col(n, justify="right") for n in names)]
+        out.print(make_table(curve_cols, rows, title=title))
+        out.print()
+    rows = []  # the unallocated share at 100 % arrived, against the paper's
     for name, pr in tr.policies.items():
         mine, pub = pr.unallocated_at(100), pr.published_unallocated_at(100)
-        table.add_row(
-            name,
-            f"{mine:.2f}",
-            "—" if pub is None else f"{pub:.2f}",
-            "—" if pub is None else f"{mine - pub:+.2f}",
+        rows.append(
+            [name, f"{mine:.2f}", "–" if pub is None else f"{pub:.2f}", "–" if pub is None else f"{mine - pub:+.2f}"]
         )
-    console.print(table)
+    cols: list[Col | str] = ["POLICY", *(Col(h, justify="right") for h in ("GPUFLEET", "PUBLISHED", "DIFFERENCE"))]
+    out.print(make_table(cols, rows, title=[f"{tr.trace}: unallocated GPUs (%) at 100% arrived", "vs the FGD paper"]))
 
 
 @experiment_app.command("fragmentation")
+@handle_errors
 def fragmentation(
     policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="Placement policy (repeatable).")] = None,
     trace: Annotated[
         list[str] | None,
-        typer.Option("--trace", "-t", help="openb pod list: a packaged name (default, gpushare40...) or a CSV path."),
+        typer.Option(
+            "--trace",
+            "-t",
+            help="openb pod list (repeatable): a packaged name (default, gpushare40, cpu050...), "
+            "openb[:variant] as simulate takes it, or a CSV path.",
+        ),
     ] = None,
     seeds: Annotated[str, typer.Option(help="Seeds, e.g. 42-51 or 42,43.")] = "42-51",
     published: Annotated[
@@ -118,28 +118,32 @@ def fragmentation(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per trace, one per line.")] = False,
     workers: Annotated[int, typer.Option(min=1, help="Processes (runs are split by trace, policy, seed).")] = 1,
 ) -> None:
-    """The FGD paper's fragmentation experiment: unallocated GPUs as the workload arrives."""
+    """The FGD paper's fragmentation experiment: unallocated GPUs as the workload arrives.
+
+    A progress bar with an ETA (runs done of trace × policy × seed) is shown on a terminal, never
+    with --json."""
+    from gpufleet.io.experiments import run_fragmentation
+    from gpufleet.scheduling import placement as _placement  # noqa: F401  (registers the policies)
+    from gpufleet.scheduling.framework import PLACEMENT
+
     policies = policy or list(DEFAULT_POLICIES)
     traces = trace or ["default"]
     for p in policies:
         if p not in PLACEMENT:
-            raise _fail(f"unknown placement policy '{p}' (known: {', '.join(PLACEMENT.names())})")
+            raise fail(f"--policy: unknown placement policy '{p}' (known: {', '.join(PLACEMENT.names())})")
     try:
         seed_list = parse_seeds(seeds)
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if published is not None and not (published / "analysis_allo_discrete.csv").is_file():
-        raise _fail(f"{published}: analysis_allo_discrete.csv not found")
-    try:
+        raise fail(f"--published: {published}/analysis_allo_discrete.csv not found")
+    with progress_bar("fragmentation", enabled=interactive(as_json), unit="runs") as progress:
         results = run_fragmentation(
-            traces, policies, seed_list, inflation=inflation, published=published, workers=workers
+            traces, policies, seed_list, inflation=inflation, published=published, workers=workers, progress=progress
         )
-    except GpufleetError as exc:
-        raise _fail(exc.message) from None
     if as_json:
         for tr in results:
             typer.echo(json.dumps(result_json(tr)))
         return
-    console = Console()
     for tr in results:
         _render(tr, console)

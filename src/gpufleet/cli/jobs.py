@@ -7,26 +7,33 @@ swap it) and render. Every command takes ``--url`` and ``--token`` (defaults: ``
 
 0 ok · 1 the job ended unsuccessfully (``submit --wait``, ``wait``) · 2 bad input (local parsing or a
 400/422) · 3 not found · 4 unauthenticated/forbidden · 5 server unavailable · 6 conflict ·
-7 ``wait`` timed out · 8 any other error.
-"""
+7 ``wait`` timed out · 8 any other error · 130 interrupted (Ctrl-C; it ends ``--watch`` with 0).
 
-from __future__ import annotations
+``ls``, ``queue`` and ``nodes`` fit their table to the terminal (``--wide``: every column, whole) and
+redraw it with ``--watch``; ``wait`` shows the job's state and progress on a terminal.
+
+Start-up stays light: the SDK (httpx, pydantic, the wire models) is imported by :func:`make_client`
+and the commands' bodies, not when ``gpufleet`` starts.
+"""
 
 import math
 import os
 import re
+import time
 import warnings
-from typing import Annotated, Any, get_args
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 
-from gpufleet.cli.common import console, fail
+from gpufleet.cli.common import fail
+from gpufleet.cli.progress import interactive, job_progress, watch
 from gpufleet.cli.render import (
     EXIT_CODES_EPILOG,
     EXIT_INPUT,
     EXIT_JOB_FAILED,
+    WIDE_HELP,
     api_errors,
     bad_option,
     emit_json,
@@ -34,14 +41,19 @@ from gpufleet.cli.render import (
     nodes_table,
     note,
     print_job,
+    print_table,
     queue_table,
     report_error,
     state_text,
 )
 from gpufleet.errors import GpufleetError
-from gpufleet.sdk.client import Client
-from gpufleet.sdk.config import InsecureTokenFileWarning
-from gpufleet.wire import JobOut, JobSubmit, PriorityClass
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from rich.console import RenderableType
+
+    from gpufleet.sdk.client import Client
+    from gpufleet.wire import JobOut, JobSubmit
 
 ACTIVE_STATES = ("PENDING", "ADMITTED", "RUNNING", "PREEMPTED")
 ALL_STATES = (*ACTIVE_STATES, "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT")
@@ -55,12 +67,20 @@ TokenOpt = Annotated[
     typer.Option("--token", help="API token (default: $GPUFLEET_TOKEN, <home>/admin.token)", show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON (for machines) instead of a table")]
+WideOpt = Annotated[bool, typer.Option("--wide", help=WIDE_HELP)]
+WatchOpt = Annotated[
+    bool, typer.Option("--watch", "-w", help="redraw every --interval seconds until Ctrl-C (not with --json)")
+]
+IntervalOpt = Annotated[float, typer.Option("--interval", min=0.5, help="seconds between two redraws of --watch")]
 
 
-def make_client(url: str | None, token: str | None) -> Client:
+def make_client(url: str | None, token: str | None) -> "Client":
     """The SDK client every command uses (tests replace this function to point it at a fake server).
 
     A token file readable by others is used, with one warning line on stderr."""
+    from gpufleet.sdk.client import Client
+    from gpufleet.sdk.config import InsecureTokenFileWarning
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", InsecureTokenFileWarning)
         client = Client(url, token)
@@ -174,7 +194,7 @@ SUBMIT_OPTIONS = {
 }
 
 
-def _validation_line(e: ValidationError) -> str:
+def _validation_line(e: "ValidationError") -> str:
     parts = []
     for err in e.errors():
         loc = err["loc"]
@@ -209,9 +229,15 @@ def build_spec(
     name: str | None = None,
     cwd: str | None = None,
     budget: float | None = None,
-) -> JobSubmit:
+) -> "JobSubmit":
     """The :class:`JobSubmit` the ``submit`` options describe, validated here so that a mistake is
     reported with the option's name before anything is sent."""
+    from typing import get_args
+
+    from pydantic import ValidationError
+
+    from gpufleet.wire import JobSubmit, PriorityClass
+
     if gpu_milli is not None and mig is not None:
         raise bad_option("--gpu-milli", "conflicts with --mig: ask for a fraction of a shared GPU or a MIG slice")
     if gpus is not None and gpus > 1 and (gpu_milli is not None or mig is not None):
@@ -262,7 +288,7 @@ def build_spec(
         raise fail(escape(_validation_line(e)), EXIT_INPUT) from None
 
 
-def _finish(job: JobOut, as_json: bool) -> None:
+def _finish(job: "JobOut", as_json: bool) -> None:
     """Report a finished job; exit 1 unless it succeeded."""
     if as_json:
         emit_json(job)
@@ -274,12 +300,57 @@ def _finish(job: JobOut, as_json: bool) -> None:
         raise typer.Exit(EXIT_JOB_FAILED)
 
 
-def _wait(client: Client, job_id: str, timeout: float | None) -> JobOut:
+POLL_S = 1.0  # how often ``wait`` asks for the job
+
+
+def _wait(client: "Client", job_id: str, timeout: float | None, *, show: bool = False) -> "JobOut":
+    """The job once it has ended (:class:`~gpufleet.sdk.errors.WaitTimeout` after ``timeout``). With
+    ``show``, a line on stderr follows it meanwhile: its state, and a bar with an ETA while it runs
+    with an estimated (or maximum) runtime."""
     try:
-        return client.wait(job_id, timeout=timeout, poll_interval=1.0)
+        with job_progress(show) as on_poll:
+            if on_poll is None:
+                return client.wait(job_id, timeout=timeout, poll_interval=POLL_S)
+            return _poll(client, job_id, timeout, on_poll)
     except KeyboardInterrupt:
         note(f"stopped waiting; the job goes on (gpufleet wait {job_id})")
         raise typer.Exit(130) from None
+
+
+def _poll(client: "Client", job_id: str, timeout: float | None, on_poll: "Callable[[JobOut], None]") -> "JobOut":
+    """:meth:`Client.wait <gpufleet.sdk.client.Client.wait>`, telling ``on_poll`` each answer."""
+    from gpufleet.sdk.errors import WaitTimeout
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        job = client.get(job_id)
+        on_poll(job)
+        if job.terminal:
+            return job
+        left = math.inf if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeout(job_id, timeout or 0.0, job.state)
+        time.sleep(min(POLL_S, left))
+
+
+def _watch_or_print(
+    render: "Callable[[], RenderableType | None]",
+    *,
+    watching: bool,
+    interval: float,
+    as_json: bool,
+    wide: bool,
+    command: str,
+) -> None:
+    """Print ``render()`` once (None: it printed a note instead), or redraw it with ``--watch``."""
+    if watching:
+        if as_json:
+            raise bad_option("--watch", "redraws a table for people; it cannot be combined with --json")
+        watch(lambda: render() or "", interval, command)
+        return
+    view = render()
+    if view is not None:
+        print_table(view, wide=wide)
 
 
 # ----------------------------------------------------------------------------------------- commands
@@ -355,7 +426,7 @@ def submit(
         if not as_json:
             typer.echo(job.id)
             note(f"waiting for {job.id} … (Ctrl-C stops waiting, not the job)")
-        _finish(_wait(client, job.id, None), as_json)
+        _finish(_wait(client, job.id, None, show=interactive(as_json)), as_json)
 
 
 @api_errors
@@ -369,10 +440,16 @@ def ls(
     all_states: Annotated[bool, typer.Option("--all", "-a", help="include jobs that have ended")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, help="at most this many jobs")] = 50,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    watching: WatchOpt = False,
+    interval: IntervalOpt = 2.0,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """List jobs, newest first (only those not yet ended unless --all or --state)."""
+    """List jobs, newest first (only those not yet ended unless --all or --state).
+
+    The table fits the terminal: long names are shortened in the middle and the least important
+    columns left out (--wide shows them all); --watch redraws it until Ctrl-C."""
     states: list[str] | None = None
     if state:
         states = [s.strip().upper() for item in state for s in item.split(",") if s.strip()]
@@ -382,14 +459,22 @@ def ls(
     elif not all_states:
         states = list(ACTIVE_STATES)
     labels = parse_pairs(label, "--label")
+    empty = "no jobs" + ("" if all_states or state else " running or waiting (--all shows ended ones)")
     with make_client(url, token) as client:
-        jobs = client.list(team=team, state=states, project=project, labels=labels or None, limit=limit)
-    if as_json:
-        emit_json(jobs)
-    elif not jobs:
-        note("no jobs" + ("" if all_states or state else " running or waiting (--all shows ended ones)"))
-    else:
-        console.print(jobs_table(jobs))
+
+        def render() -> "RenderableType | None":
+            jobs = client.list(team=team, state=states, project=project, labels=labels or None, limit=limit)
+            if as_json:
+                emit_json(jobs)
+            elif jobs:
+                return jobs_table(jobs, wide=wide)
+            elif watching:
+                return empty
+            else:
+                note(empty)
+            return None
+
+        _watch_or_print(render, watching=watching, interval=interval, as_json=as_json, wide=wide, command="gpufleet ls")
 
 
 @api_errors
@@ -460,10 +545,13 @@ def wait(
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Wait for a job to end; exit 0 if it succeeded, 1 otherwise."""
+    """Wait for a job to end; exit 0 if it succeeded, 1 otherwise.
+
+    On a terminal (not with --json) a line on stderr shows the job's state meanwhile, and a bar with an
+    ETA while it runs with an estimated runtime (submit --estimate) or a --max-runtime."""
     seconds = parse_duration(timeout, "--timeout") if timeout is not None else None
     with make_client(url, token) as client:
-        job = _wait(client, job_id, seconds)
+        job = _wait(client, job_id, seconds, show=interactive(as_json))
     _finish(job, as_json)
 
 
@@ -471,31 +559,59 @@ def wait(
 def queue(
     team: Annotated[str | None, typer.Option("--team")] = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    watching: WatchOpt = False,
+    interval: IntervalOpt = 2.0,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """The waiting jobs in the order they will start, with why each one waits."""
+    """The waiting jobs in the order they will start, with why each one waits (--watch: until Ctrl-C)."""
     with make_client(url, token) as client:
-        entries = client.queue(team)
-    if as_json:
-        emit_json(entries)
-    elif not entries:
-        note("the queue is empty")
-    else:
-        console.print(queue_table(entries))
+
+        def render() -> "RenderableType | None":
+            entries = client.queue(team)
+            if as_json:
+                emit_json(entries)
+            elif entries:
+                return queue_table(entries, wide=wide)
+            elif watching:
+                return "the queue is empty"
+            else:
+                note("the queue is empty")
+            return None
+
+        _watch_or_print(
+            render, watching=watching, interval=interval, as_json=as_json, wide=wide, command="gpufleet queue"
+        )
 
 
 @api_errors
-def nodes(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """The nodes, their GPUs, what is allocated on them and what they cost."""
+def nodes(
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    watching: WatchOpt = False,
+    interval: IntervalOpt = 2.0,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """The nodes, their GPUs, what is allocated on them and what they cost (--watch: until Ctrl-C)."""
     with make_client(url, token) as client:
-        items = client.nodes()
-    if as_json:
-        emit_json(items)
-    elif not items:
-        note("no nodes")
-    else:
-        console.print(nodes_table(items))
+
+        def render() -> "RenderableType | None":
+            items = client.nodes()
+            if as_json:
+                emit_json(items)
+            elif items:
+                return nodes_table(items, wide=wide)
+            elif watching:
+                return "no nodes"
+            else:
+                note("no nodes")
+            return None
+
+        _watch_or_print(
+            render, watching=watching, interval=interval, as_json=as_json, wide=wide, command="gpufleet nodes"
+        )
 
 
 def register(app: typer.Typer) -> None:

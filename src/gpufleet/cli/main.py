@@ -1,27 +1,39 @@
-"""The ``gpufleet`` command. Commands are thin: parse, call one function, render."""
+"""The ``gpufleet`` command. Commands are thin: parse, call one function, render.
 
-from __future__ import annotations
+Start-up is kept light (``gpufleet --help`` is well under a second): the command modules import only
+Typer, Rich and :mod:`gpufleet.errors` at the top; the SDK, the simulator, the cost engine, the
+store and the server are imported in the bodies of the commands that use them. A test checks that
+importing this module loads none of them.
+
+Shell completion: ``gpufleet --install-completion`` (bash, zsh, fish, PowerShell), or
+``gpufleet --show-completion`` to print the script and install it by hand.
+"""
 
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from gpufleet import __version__
-from gpufleet.cli import cost, jobs
+from gpufleet.cli import cost, jobs, optimize
+from gpufleet.cli.budget import budget_app
 from gpufleet.cli.common import console, fail, handle_errors
 from gpufleet.cli.db import db_app
 from gpufleet.cli.experiment import experiment_app
+from gpufleet.cli.render import EXIT_CODES_EPILOG, WIDE_HELP, Col, make_table, print_table
 from gpufleet.cli.simulate import simulate
 from gpufleet.cli.up import up
 
 app = typer.Typer(
     name="gpufleet",
     help="Cost-aware GPU scheduler and cost manager.",
+    epilog=EXIT_CODES_EPILOG,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion
 )
+
+
 def _version(value: bool) -> None:
     if value:
         console.print(__version__)
@@ -40,11 +52,11 @@ def _root(
 app.command("up")(up)
 app.add_typer(db_app, name="db", help="The store's schema: apply migrations, show the current one.")
 app.command("simulate")(simulate)
-app.add_typer(experiment_app, name="experiment", help="Reproducible experiments (e.g. FGD fragmentation).")
+app.add_typer(experiment_app, name="experiment", help="Reproduce research experiments (e.g. FGD fragmentation).")
 jobs.register(app)  # API client commands: submit, ls, show, logs, cancel, wait, queue, nodes, team, token, ...
 cost.register(app)  # gpufleet cost [...] and cost update-prices
-app.add_typer(__import__("gpufleet.cli.budget", fromlist=["budget_app"]).budget_app, name="budget")
-__import__("gpufleet.cli.optimize", fromlist=["register"]).register(app)  # optimize, whatif, roi
+app.add_typer(budget_app, name="budget")
+optimize.register(app)  # optimize, whatif, roi
 
 
 @app.command()
@@ -60,6 +72,7 @@ def prices(
         str | None, typer.Option(help="only this GPU: a model (A100-80GB), a family (A100) or an offering (g5)")
     ] = None,
     path: Annotated[str | None, typer.Option(help="a price catalog CSV (default: the bundled one)")] = None,
+    wide: Annotated[bool, typer.Option("--wide", help=WIDE_HELP)] = False,
 ) -> None:
     """Show the GPU price catalog with its provenance."""
     from gpufleet.io.catalog import load_catalog
@@ -68,17 +81,33 @@ def prices(
     entries = [e for e in cat.entries if gpu is None or _gpu_matches(gpu, e.gpu, e.offering)]
     if not entries:
         models = ", ".join(sorted({e.gpu for e in cat.entries}))
-        raise fail(f"--gpu: no entry of the catalog is a '{gpu}' (its GPU models: {models})")
-    table = Table(title=f"GPU prices — {cat.provenance.path} (sha256 {cat.provenance.sha256[:12]})")
-    for col in ("provider", "region", "offering", "gpu", "gpus", "on-demand $/h", "spot $/h", "$/GPU-h"):
-        table.add_column(col)
+        raise fail(escape(f"--gpu: no entry of the catalog is a '{gpu}' (its GPU models: {models})"))
+    cols = [
+        Col("PROVIDER", hide=1),
+        Col("REGION", cut="end", min_width=9),
+        Col("OFFERING", cut="middle", min_width=10),
+        Col("GPU"),
+        *(Col(h, justify="right") for h in ("GPUS", "$/H", "SPOT $/H", "$/GPU-H")),
+    ]
+    rows = []
     for e in entries:
         spot = "–" if not e.has_spot else f"{e.spot_usd_per_hour_min:.4f}–{e.spot_usd_per_hour_max:.4f}"
-        table.add_row(e.provider, e.region, e.offering, e.gpu, str(e.gpu_count), f"{e.on_demand_usd_per_hour:.4f}",
-                      spot, f"{e.on_demand_usd_per_hour / e.gpu_count:.4f}")
-    console.print(table)
+        rows.append(
+            [
+                escape(e.provider),
+                escape(e.region),
+                escape(e.offering),
+                escape(e.gpu),
+                str(e.gpu_count),
+                f"{e.on_demand_usd_per_hour:.4f}",
+                spot,
+                f"{e.on_demand_usd_per_hour / e.gpu_count:.4f}",
+            ]
+        )
+    title = ["GPU prices", str(cat.provenance.path), f"sha256 {cat.provenance.sha256[:12]}"]
+    print_table(make_table(cols, rows, title=title, wide=wide), wide=wide)
     for w in cat.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(str(w))}")
 
 
 def _gpu_matches(query: str, model: str, offering: str) -> bool:

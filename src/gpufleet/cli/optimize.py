@@ -1,38 +1,50 @@
 """``gpufleet optimize`` (recommendations from the server), ``gpufleet whatif`` (a local replay with one
-change) and the ROI renderer ``gpufleet cost --roi`` uses (:func:`render_roi`, :func:`roi_command`)."""
+change) and the ROI renderer ``gpufleet cost --roi`` uses (:func:`render_roi`, :func:`roi_command`).
 
-from __future__ import annotations
+The simulator and the cost engine are imported when a command runs, not when ``gpufleet`` starts."""
 
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from gpufleet.cli import jobs
 from gpufleet.cli.common import console, handle_errors
 from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt
-from gpufleet.cli.render import api_errors, emit_json
-from gpufleet.cost.roi import format_roi
-from gpufleet.wire import RecommendationOut, RoiOut
+from gpufleet.cli.progress import interactive, progress_bar
+from gpufleet.cli.render import Col, api_errors, emit_json, humanize_duration, make_table, money, note
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from gpufleet.model.node import Node
     from gpufleet.sim.traces.base import Trace
+    from gpufleet.wire import RecommendationOut, RoiOut
 
 
-def recommendations_table(recs: list[RecommendationOut]) -> Table:
-    table = Table(title="Recommendations (largest $/month first)")
-    for col, just in (("kind", "left"), ("target", "left"), ("$/month", "right"), ("conf.", "right")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
-    table.add_column("action", overflow="fold")
-    table.add_column("what-if")
-    for r in recs:
-        table.add_row(
-            r.kind, r.target, f"{r.monthly_savings_usd:,.2f}", f"{r.confidence:.0%}", r.action, r.whatif or "–"
-        )
-    return table
+def recommendations_table(recs: "list[RecommendationOut]") -> "Table":
+    cols = [
+        Col("KIND"),
+        Col("TARGET", cut="middle", min_width=10),
+        Col("$/MONTH", justify="right"),
+        Col("CONF.", justify="right"),
+        Col("ACTION", cut="end", min_width=16),
+        Col("WHAT-IF", cut="end", min_width=10),
+    ]
+    rows = [
+        [
+            escape(r.kind),
+            escape(r.target),
+            money(r.monthly_savings_usd),
+            f"{r.confidence:.0%}",
+            escape(r.action),
+            escape(r.whatif or "–"),
+        ]
+        for r in recs
+    ]
+    return make_table(cols, rows, title="recommendations (largest $/month first)")
 
 
 @api_errors
@@ -56,11 +68,13 @@ def optimize(
     else:
         console.print(recommendations_table(recs))
         total = sum(r.monthly_savings_usd for r in recs)
-        console.print(f"up to ${total:,.2f}/month if every recommendation is taken (they may overlap)")
+        console.print(f"up to {money(total)}/month if every recommendation is taken (they may overlap)")
 
 
-def render_roi(report: RoiOut, fmt: str = "table") -> str:
+def render_roi(report: "RoiOut", fmt: str = "table") -> str:
     """The ROI report as text (``table``, ``json`` or ``csv``)."""
+    from gpufleet.cost.roi import format_roi
+
     return format_roi(report.model_dump(mode="json"), fmt)
 
 
@@ -81,7 +95,7 @@ def roi_command(
     typer.echo(render_roi(report, fmt), nl=False)
 
 
-def _history_trace(window: str, db_url: str | None, limit: int | None) -> tuple[Trace, list[Node]]:
+def _history_trace(window: str, db_url: str | None, limit: int | None) -> "tuple[Trace, list[Node]]":
     """The jobs this server ran in ``window`` (``30d``, ``month``, an RFC 3339 pair) as a trace —
     submit times, recorded run times, shapes, teams: the workload a what-if replays — and the
     on-demand nodes that existed then, at the prices the ledger billed: the cluster it replays on."""
@@ -145,54 +159,69 @@ def whatif(
         tr = load_trace(trace, TraceOptions(limit=limit, preemptible_fraction=preemptible, seed=seed))
     prof = load_profile(profile) if profile else Profile()
     if not as_json:
-        console.print(f"what-if [bold]{ch.text}[/] on {tr.name}: {len(tr.jobs):,} jobs, baseline and variant …")
-    result = run_whatif(
-        tr,
-        ch,
-        profile=prof,
-        nodes=nodes,
-        options=SimOptions(seed=seed, spot_hazard_per_node_hour=spot_hazard),
-        catalog=load_catalog(),
-    )
+        note(f"what-if [bold]{escape(ch.text)}[/] on {escape(tr.name)}: {len(tr.jobs):,} jobs, baseline and variant …")
+    with progress_bar("what-if", enabled=interactive(as_json), labels=("baseline", "variant")) as progress:
+        result = run_whatif(
+            tr,
+            ch,
+            profile=prof,
+            nodes=nodes,
+            options=SimOptions(seed=seed, spot_hazard_per_node_hour=spot_hazard, progress=progress),
+            catalog=load_catalog(),
+        )
     d = result.to_dict()
     if as_json:
         typer.echo(json.dumps(d, default=str))
         return
-    table = Table(title=f"what-if {ch.text} — {tr.name} ({len(tr.jobs):,} jobs, seed {seed})")
-    for col in ("", "baseline", "variant", "Δ"):
-        table.add_column(col, justify="right")
     b, v = d["baseline"], d["variant"]
+    rows = []
     for key, label in (
-        ("cost_usd", "cost $"),
-        ("wait_mean_s", "wait mean s"),
-        ("wait_p95_s", "wait p95 s"),
-        ("jct_mean_s", "JCT mean s"),
-        ("jct_p95_s", "JCT p95 s"),
+        ("cost_usd", "cost"),
+        ("wait_mean_s", "wait mean"),
+        ("wait_p95_s", "wait p95"),
+        ("jct_mean_s", "JCT mean"),
+        ("jct_p95_s", "JCT p95"),
         ("utilization", "utilization"),
         ("completed", "completed"),
     ):
         bv, vv = b[key], v[key]
         delta = None if bv is None or vv is None else vv - bv
-        table.add_row(label, _fmt(bv), _fmt(vv), _fmt(delta))
-    console.print(table)
+        rows.append([label, _fmt(bv, key), _fmt(vv, key), _fmt(delta, key, signed=True)])
+    title = [f"what-if {ch.text}", f"{tr.name} ({len(tr.jobs):,} jobs, seed {seed})"]
+    cols: list[Col | str] = ["", *(Col(h, justify="right") for h in ("BASELINE", "VARIANT", "Δ"))]
+    console.print(make_table(cols, [[escape(c) for c in r] for r in rows], title=title))
     pct = d["savings_pct"]
     console.print(
-        f"savings ${d['savings_usd']:,.2f}"
+        f"savings {money(d['savings_usd'])}"
         + (f" ({pct:.1%})" if pct is not None else "")
-        + f"; lower bound ${d['lower_bound_usd']:,.2f} — variant at "
+        + f"; lower bound {money(d['lower_bound_usd'])} — variant at "
         + (f"{d['variant_over_lower_bound']:.2f}×" if d["variant_over_lower_bound"] else "–")
-        + " of it"
+        + " of it",
+        highlight=False,
     )
     for a in d["assumptions"]:
-        console.print(f"[dim]note: {a}[/]")
+        console.print(f"[dim]note: {escape(a)}[/]")
 
 
-def _fmt(v: object) -> str:
+def _fmt(v: object, key: str = "", *, signed: bool = False) -> str:
+    """A what-if figure in human units: money (``*_usd``) as ``$1,234.56``, durations (``*_s``) as
+    ``5m09s``, utilization as a percentage; ``signed`` for the Δ column."""
     if v is None:
         return "–"
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return str(v)
+    sign = "+" if signed and v > 0 else "-" if signed and v < 0 else ""
+    mag = abs(v) if signed else v
+    if key.endswith("_usd"):
+        return sign + money(mag)
+    if key.endswith("_s"):
+        return sign + humanize_duration(mag)
+    if key == "utilization":
+        return f"{v:+.1%}" if signed else f"{v:.1%}"
+    plus = "+" if signed else ""
     if isinstance(v, float):
-        return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"
-    return f"{v:,}" if isinstance(v, int) else str(v)
+        return f"{v:{plus},.3f}" if abs(v) < 10 else f"{v:{plus},.0f}"
+    return f"{v:{plus},}"
 
 
 def register(app: typer.Typer) -> None:

@@ -1,23 +1,18 @@
-"""``gpufleet simulate``: replay a trace through the real scheduler and report."""
+"""``gpufleet simulate``: replay a trace through the real scheduler and report.
 
-from __future__ import annotations
+The simulator, the trace readers and the price catalog are imported when the command runs, not when
+``gpufleet`` starts (every other command would pay for them)."""
 
 import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from gpufleet.cli.common import console, handle_errors
-from gpufleet.io.catalog import load_catalog
-from gpufleet.io.results import write_csv, write_json
-from gpufleet.io.traces import TraceOptions, load_trace
-from gpufleet.scheduling.profile import Profile, load_profile
-from gpufleet.sim.clusterspec import load_cluster
-from gpufleet.sim.engine import SimOptions
-from gpufleet.sim.report import render_html
-from gpufleet.sim.runner import run_simulation
+from gpufleet.cli.progress import interactive, progress_bar
+from gpufleet.cli.render import Col, humanize_duration, make_table, money, note
 
 
 @handle_errors
@@ -43,7 +38,18 @@ def simulate(
     out: Annotated[Path | None, typer.Option(help="write jobs.csv, timeseries.csv and result.json here")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
-    """Replay a trace with queueing, quotas, fair share, preemption, backfill, spot and autoscaling."""
+    """Replay a trace with queueing, quotas, fair share, preemption, backfill, spot and autoscaling.
+
+    A progress bar with an ETA (jobs ended of the trace's) is shown on a terminal, never with --json."""
+    from gpufleet.io.catalog import load_catalog
+    from gpufleet.io.results import write_csv, write_json
+    from gpufleet.io.traces import TraceOptions, load_trace
+    from gpufleet.scheduling.profile import Profile, load_profile
+    from gpufleet.sim.clusterspec import load_cluster
+    from gpufleet.sim.engine import SimOptions
+    from gpufleet.sim.report import render_html
+    from gpufleet.sim.runner import run_simulation
+
     prof = load_profile(profile) if profile else Profile()
     overrides: dict[str, object] = {}
     if placement:
@@ -58,10 +64,13 @@ def simulate(
         prof = load_profile({**prof.model_dump(), **overrides}, source="command line")
     tr = load_trace(trace, TraceOptions(limit=limit, preemptible_fraction=preemptible, seed=seed))
     spec = load_cluster(cluster) if cluster else None
-    opts = SimOptions(seed=seed, spot_hazard_per_node_hour=spot_hazard, failure_prob=failure_prob)
     if not as_json:
-        console.print(f"simulating [bold]{tr.name}[/]: {len(tr.jobs):,} jobs …")
-    result = run_simulation(tr, prof, cluster=spec, options=opts, catalog=load_catalog(), elastic=elastic)
+        note(f"simulating [bold]{escape(tr.name)}[/]: {len(tr.jobs):,} jobs …")
+    with progress_bar("simulating", enabled=interactive(as_json)) as progress:
+        opts = SimOptions(
+            seed=seed, spot_hazard_per_node_hour=spot_hazard, failure_prob=failure_prob, progress=progress
+        )
+        result = run_simulation(tr, prof, cluster=spec, options=opts, catalog=load_catalog(), elastic=elastic)
     summary = result.summary()
     if report:
         report.parent.mkdir(parents=True, exist_ok=True)
@@ -72,28 +81,31 @@ def simulate(
     if as_json:
         print(json.dumps(summary, default=str))
         return
-    table = Table(
-        title=f"{tr.name} — {prof.queue_sort} / {'+'.join(p.name for p in prof.placement)} / backfill {prof.backfill}",
-        show_header=True,
-    )
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    rows: list[list[str]] = []
     for k, v in summary.items():
         if isinstance(v, dict):
-            for kk, vv in v.items():
-                table.add_row(f"{k}.{kk}", _fmt(vv))
+            rows += [[f"{k}.{kk}", _fmt(vv, kk)] for kk, vv in v.items()]
         else:
-            table.add_row(k, _fmt(v))
-    console.print(table)
+            rows.append([k, _fmt(v, k)])
+    title = [tr.name, f"{prof.queue_sort} / {'+'.join(p.name for p in prof.placement)} / backfill {prof.backfill}"]
+    console.print(make_table(["METRIC", Col("VALUE", justify="right")], rows, title=title))
     if report:
-        console.print(f"report: {report}")
+        note(f"report: {report}")
 
 
-def _fmt(v: object) -> str:
+def _fmt(v: object, key: str = "") -> str:
+    """A summary value in human units: durations (``*_s``) as ``34m44s``, money (``*_usd``) as
+    ``$1,298.00``, utilization as a percentage; counts with thousands separators."""
     if v is None:
         return "–"
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return str(v)
+    if key.endswith("_s"):
+        return f"{v:.1f}s" if abs(v) < 60 else humanize_duration(v)
+    if key.endswith("_usd"):
+        return money(v)
+    if key == "utilization":
+        return f"{v:.1%}"
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return str(v)
+    return f"{v:,}"

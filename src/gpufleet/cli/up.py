@@ -1,7 +1,5 @@
 """``gpufleet up``: start the API server and the controller (the main job)."""
 
-from __future__ import annotations
-
 import logging
 from pathlib import Path
 from typing import Annotated

@@ -33,6 +33,8 @@ __all__ = [
     "load_openb_trace",
     "load_philly",
     "load_trace",
+    "openb_variant",
+    "packaged_pod_lists",
     "pod_list_path",
     "trace_name",
 ]
@@ -104,12 +106,34 @@ def _open(path: str | Path | None, default: str) -> Iterator[tuple[str, list[str
     yield str(p), text.splitlines()
 
 
+def openb_variant(ref: str) -> str | None:
+    """The pod list an ``openb[:VARIANT]`` trace reference names (``openb`` alone: ``default``), or
+    None when ``ref`` is not one. VARIANT is a packaged name (``gpushare40``) or a pod-list CSV path.
+    ``gpufleet simulate`` and ``gpufleet experiment fragmentation`` both read ``--trace`` with it."""
+    kind, _, arg = ref.partition(":")
+    return (arg or DEFAULT_POD_LIST) if kind == "openb" else None
+
+
+def packaged_pod_lists() -> list[str]:
+    """The names of the packaged openb pod lists (``default``, ``gpushare40``...)."""
+    prefix = "openb_pod_list_"
+    names = (f.name for f in _data_dir().iterdir() if f.name.startswith(prefix) and f.name.endswith(".csv"))
+    return sorted(n.removeprefix(prefix).removesuffix(".csv") for n in names)
+
+
 def pod_list_path(trace: str) -> str | Path | None:
     """Resolve a trace argument: a packaged name (``default``, ``gpushare40``, ``openb_pod_list_x``)
-    gives None (the packaged file is read); anything else is a path."""
+    gives None (the packaged file is read); anything else is a path. A bare name that is neither
+    (no directory, no ``.csv``, no such file) is an error listing the packaged names."""
     if _packaged_pod_file(trace) is not None:
         return None
-    return Path(trace)
+    path = Path(trace)
+    if "/" not in trace and "\\" not in trace and path.suffix != ".csv" and not path.exists():
+        raise InputError(
+            f"unknown openb trace '{trace}' (packaged: {', '.join(packaged_pod_lists())}; or a pod-list CSV path)",
+            field="trace",
+        )
+    return path
 
 
 def _packaged_pod_file(trace: str) -> str | None:
@@ -163,8 +187,9 @@ def load_trace(ref: str, opts: TraceOptions | None = None) -> Trace:
     ``.jsonl``/``.csv`` file (Philly or openb, told apart by the header)."""
     opts = opts or TraceOptions()
     kind, _, arg = ref.partition(":")
-    if kind == "openb":
-        trace = load_openb_trace(arg or "default")
+    variant = openb_variant(ref)
+    if variant is not None:
+        trace = load_openb_trace(variant)
     elif kind == "synthetic":
         try:
             seed = int(arg) if arg else opts.seed

@@ -27,7 +27,7 @@ Pure: no clock, no printing, no files other than the inputs; results are datacla
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
@@ -348,18 +348,29 @@ def run_experiment(
     inflation: float = 1.3,
     published: Mapping[str, Mapping[str, FloatArray]] | None = None,
     workers: int = 1,
+    progress: Callable[[float, float], None] | None = None,
 ) -> list[TraceResult]:
     """Run every (cluster, policy, seed); ``workers`` > 1 runs them in that many processes.
     ``published``: trace name → the published curves to compare with (:func:`parse_published`).
-    :func:`gpufleet.io.experiments.run_fragmentation` loads traces and curves by name and path."""
+    :func:`gpufleet.io.experiments.run_fragmentation` loads traces and curves by name and path.
+    ``progress(runs done, runs)`` is called after each run (e.g. to draw a progress bar)."""
     for p in policies:
         PLACEMENT.get(p)  # fail early on an unknown name
     tasks = [(c, p, s, inflation) for c in clusters for p in policies for s in seeds]
+
+    def collect(results: Iterable[SeedRun]) -> list[SeedRun]:
+        done: list[SeedRun] = []
+        for run in results:
+            done.append(run)
+            if progress is not None:
+                progress(len(done), len(tasks))
+        return done
+
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            runs = list(pool.map(_run_task, tasks, chunksize=1))
+            runs = collect(pool.map(_run_task, tasks, chunksize=1))
     else:
-        runs = [_run_task(t) for t in tasks]
+        runs = collect(map(_run_task, tasks))
     out: list[TraceResult] = []
     for c in clusters:
         pub = published.get(c.trace, {}) if published is not None else {}
