@@ -21,7 +21,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -333,8 +333,10 @@ def _poll(client: "Client", job_id: str, timeout: float | None, on_poll: "Callab
         time.sleep(min(POLL_S, left))
 
 
-def _watch_or_print(
-    render: "Callable[[], RenderableType | None]",
+def _list_view(
+    fetch: "Callable[[], Sequence[Any]]",
+    table: "Callable[..., RenderableType]",
+    empty: str,
     *,
     watching: bool,
     interval: float,
@@ -342,7 +344,22 @@ def _watch_or_print(
     wide: bool,
     command: str,
 ) -> None:
-    """Print ``render()`` once (None: it printed a note instead), or redraw it with ``--watch``."""
+    """What ``ls``, ``queue`` and ``nodes`` share: fetch the items and print them as JSON, as
+    ``table(items, wide=...)`` or as the ``empty`` note — once, or redrawn until Ctrl-C with
+    ``--watch`` (not with ``--json``)."""
+
+    def render() -> "RenderableType | None":
+        items = fetch()
+        if as_json:
+            emit_json(items)
+        elif items:
+            return table(items, wide=wide)
+        elif watching:
+            return empty
+        else:
+            note(empty)
+        return None
+
     if watching:
         if as_json:
             raise bad_option("--watch", "redraws a table for people; it cannot be combined with --json")
@@ -462,19 +479,16 @@ def ls(
     empty = "no jobs" + ("" if all_states or state else " running or waiting (--all shows ended ones)")
     with make_client(url, token) as client:
 
-        def render() -> "RenderableType | None":
-            jobs = client.list(team=team, state=states, project=project, labels=labels or None, limit=limit)
-            if as_json:
-                emit_json(jobs)
-            elif jobs:
-                return jobs_table(jobs, wide=wide)
-            elif watching:
-                return empty
-            else:
-                note(empty)
-            return None
-
-        _watch_or_print(render, watching=watching, interval=interval, as_json=as_json, wide=wide, command="gpufleet ls")
+        _list_view(
+            lambda: client.list(team=team, state=states, project=project, labels=labels or None, limit=limit),
+            jobs_table,
+            empty,
+            watching=watching,
+            interval=interval,
+            as_json=as_json,
+            wide=wide,
+            command="gpufleet ls",
+        )
 
 
 @api_errors
@@ -568,20 +582,15 @@ def queue(
     """The waiting jobs in the order they will start, with why each one waits (--watch: until Ctrl-C)."""
     with make_client(url, token) as client:
 
-        def render() -> "RenderableType | None":
-            entries = client.queue(team)
-            if as_json:
-                emit_json(entries)
-            elif entries:
-                return queue_table(entries, wide=wide)
-            elif watching:
-                return "the queue is empty"
-            else:
-                note("the queue is empty")
-            return None
-
-        _watch_or_print(
-            render, watching=watching, interval=interval, as_json=as_json, wide=wide, command="gpufleet queue"
+        _list_view(
+            lambda: client.queue(team),
+            queue_table,
+            "the queue is empty",
+            watching=watching,
+            interval=interval,
+            as_json=as_json,
+            wide=wide,
+            command="gpufleet queue",
         )
 
 
@@ -597,20 +606,15 @@ def nodes(
     """The nodes, their GPUs, what is allocated on them and what they cost (--watch: until Ctrl-C)."""
     with make_client(url, token) as client:
 
-        def render() -> "RenderableType | None":
-            items = client.nodes()
-            if as_json:
-                emit_json(items)
-            elif items:
-                return nodes_table(items, wide=wide)
-            elif watching:
-                return "no nodes"
-            else:
-                note("no nodes")
-            return None
-
-        _watch_or_print(
-            render, watching=watching, interval=interval, as_json=as_json, wide=wide, command="gpufleet nodes"
+        _list_view(
+            client.nodes,
+            nodes_table,
+            "no nodes",
+            watching=watching,
+            interval=interval,
+            as_json=as_json,
+            wide=wide,
+            command="gpufleet nodes",
         )
 
 
