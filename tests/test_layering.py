@@ -46,6 +46,7 @@ RANKS: dict[str, int] = {
     "wire": 5,
     "sdk": 5,  # a client: see SDK_MAY_IMPORT
     "control": 5,
+    "k8s": 5,  # what gpufleet puts in a cluster (CRDs, policies, CR ↔ budget mapping): wire-level
     "api": 6,
     "cli": 6,
     "__main__": 6,

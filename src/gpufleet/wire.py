@@ -157,6 +157,8 @@ class JobSubmit(_Wire):
         SafeText, Field(max_length=32768)
     ]], Field(max_length=256)] = Field(default_factory=dict)
     cwd: Annotated[AbsPath | None, Field(max_length=4096)] = None
+    # the container image a Kubernetes backend runs the command in (ignored on the local backend)
+    image: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,510}$")] = None
 
     @model_validator(mode="after")
     def _one_gpu_shape(self) -> JobSubmit:
@@ -226,6 +228,7 @@ class JobOut(_Out):
     estimated_runtime_s: float | None = None
     checkpoint_interval_s: float | None = None
     budget_usd: float | None = None
+    image: str | None = None
     # seconds it has spent running, summed over its runs (a run still going counts up to the
     # server's now); time queued — also between a preemption and the next run — is not counted.
     # None: a server that does not report it (clients fall back to ended_at/now − started_at)

@@ -66,6 +66,7 @@ def job_out(row: JobRow) -> JobOut:
         min_gpu_memory_gib=row.min_gpu_memory_gib,
         estimated_runtime_s=row.estimated_runtime_s,
         checkpoint_interval_s=row.checkpoint_interval_s,
+        image=row.image,
         budget_usd=row.budget_usd,
     )
 

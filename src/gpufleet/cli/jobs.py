@@ -191,6 +191,7 @@ SUBMIT_OPTIONS = {
     "budget_usd": "--budget",
     "env": "--env",
     "cwd": "--cwd",
+    "image": "--image",
 }
 
 
@@ -229,6 +230,7 @@ def build_spec(
     name: str | None = None,
     cwd: str | None = None,
     budget: float | None = None,
+    image: str | None = None,
 ) -> "JobSubmit":
     """The :class:`JobSubmit` the ``submit`` options describe, validated here so that a mistake is
     reported with the option's name before anything is sent."""
@@ -248,6 +250,8 @@ def build_spec(
     if not command:
         raise bad_option("CMD", "give the command to run after --")
     fields: dict[str, Any] = {"command": command, "cwd": cwd if cwd is not None else os.getcwd()}
+    if image is not None:
+        fields["image"] = image
     if gpus is not None:
         fields["gpus"] = gpus
     if gpu_milli is not None:
@@ -400,6 +404,9 @@ def submit(
     env: Annotated[list[str] | None, typer.Option("--env", help="K=V (repeatable)", show_default=False)] = None,
     name: Annotated[str | None, typer.Option("--name")] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="working directory (default: the current one)")] = None,
+    image: Annotated[
+        str | None, typer.Option("--image", help="container image (Kubernetes backend; ignored on a local server)")
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the job to end; exit 1 unless it succeeds")] = False,
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", help="resubmitting with the same key returns the same job")
@@ -431,6 +438,7 @@ def submit(
         name=name,
         cwd=cwd,
         budget=budget,
+        image=image,
     )
     with make_client(url, token) as client:
         job = client.submit(spec, idempotency_key=idempotency_key)

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.backends.accounts import AccountPolicy
+from gpufleet.backends.base import Backend
 from gpufleet.backends.local import LocalBackend
 from gpufleet.clock import WallClock
 from gpufleet.control.budgets import BudgetService
 from gpufleet.control.controller import Controller, ControllerConfig
+from gpufleet.control.leader import Leadership
 from gpufleet.control.settings import Settings
 from gpufleet.cost.rules import rules_from_setting
 from gpufleet.errors import ConfigError
@@ -179,6 +181,48 @@ def ensure_admin_token(db: Database, home: Path, now: float) -> Path:
     return path
 
 
+def kubernetes_world(settings: Settings) -> tuple[Backend, Leadership]:
+    """The Kubernetes backend and its Lease leadership for ``backend: kubernetes``: the API server
+    from the in-cluster service account, else a kubeconfig (``kubernetes.kubeconfig``/``context``),
+    through the official client. Replicas elect one leader with a ``coordination.k8s.io/v1`` Lease."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise ConfigError(
+            "backend 'kubernetes' needs the Kubernetes client: pip install 'gpufleet[k8s]'", field="backend"
+        ) from None
+    from gpufleet.backends.kubernetes.backend import KubernetesBackend, KubernetesOptions
+    from gpufleet.backends.kubernetes.lease import LeaseLeadership
+    from gpufleet.io.catalog import load_catalog
+
+    k = settings.kubernetes
+    try:
+        if k.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            api_client = client.ApiClient()
+        else:
+            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(k.kubeconfig) if k.kubeconfig else None, context=k.context
+            )
+    except Exception as e:  # a missing or bad kubeconfig
+        raise ConfigError(f"cannot load the Kubernetes configuration: {e}", field="kubernetes.kubeconfig") from None
+    volume = (
+        {"name": "gpufleet-checkpoint", "persistentVolumeClaim": {"claimName": k.checkpoint_claim}}
+        if k.checkpoint_claim
+        else None
+    )
+    backend = KubernetesBackend(
+        api_client,
+        load_catalog(),
+        KubernetesOptions(namespace_of_team=k.namespaces, default_image=k.default_image, checkpoint_volume=volume),
+    )
+    identity = settings.replica or f"{socket.gethostname()}-{os.getpid()}"
+    leadership = LeaseLeadership(client.CoordinationV1Api(api_client), k.lease_namespace, k.lease_name, identity)
+    log.info("backend: kubernetes at %s; leader election through Lease %s/%s as %s",
+             api_client.configuration.host, k.lease_namespace, k.lease_name, identity)
+    return backend, leadership
+
+
 def build_server(settings: Settings) -> Server:
     home = settings.home
     secure_home(settings)
@@ -188,15 +232,20 @@ def build_server(settings: Settings) -> Server:
     seed_teams(db, settings, now)
     token_path = ensure_admin_token(db, home, now) if settings.single_user else None
     policy = AccountPolicy(jobs_as_server=settings.jobs_as_server)
-    log.log(logging.WARNING if settings.jobs_as_server else logging.INFO, "%s", policy.describe())
-    backend = LocalBackend(
-        home,
-        node_name=settings.node_name,
-        gpus=settings.gpus,
-        default_grace_s=settings.grace_s,
-        policy=policy,
-        job_root=settings.job_root,
-    )
+    leadership: Leadership | None = None
+    backend: Backend
+    if settings.backend == "kubernetes":
+        backend, leadership = kubernetes_world(settings)
+    else:
+        log.log(logging.WARNING if settings.jobs_as_server else logging.INFO, "%s", policy.describe())
+        backend = LocalBackend(
+            home,
+            node_name=settings.node_name,
+            gpus=settings.gpus,
+            default_grace_s=settings.grace_s,
+            policy=policy,
+            job_root=settings.job_root,
+        )
     config = ControllerConfig(
         poll_interval_s=settings.poll_interval_s,
         cycle_interval_s=settings.cycle_interval_s,
@@ -211,6 +260,6 @@ def build_server(settings: Settings) -> Server:
     budgets = BudgetService(
         db, WallClock(), interval_s=settings.budget_interval_s, rules=rules_from_setting(settings.pricing)
     )
-    controller = Controller(db, backend, settings.scheduler, config, budgets=budgets)
+    controller = Controller(db, backend, settings.scheduler, config, budgets=budgets, leadership=leadership)
     write_private_file(home / SERVER_FILE, json.dumps({"url": settings.url}) + "\n")
     return Server(settings, db, controller, token_path, policy)

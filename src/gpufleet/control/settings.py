@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gpufleet.config import format_validation_error, read_yaml
@@ -23,10 +23,26 @@ from gpufleet.scheduling.profile import Profile
 from gpufleet.sdk.config import DEFAULT_PORT, home_dir
 
 
+class KubernetesSettings(BaseModel):
+    """``backend: kubernetes``: where the cluster is and how gpufleet maps onto it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kubeconfig: Path | None = None  # None: in-cluster config when running in a pod, else ~/.kube/config
+    context: str | None = None
+    namespaces: dict[str, str] = Field(default_factory=dict)  # team → namespace (default: the team's name)
+    lease_namespace: str = Field("gpufleet-system", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    lease_name: str = Field("gpufleet-scheduler", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    default_image: str = "python:3.11-slim"
+    checkpoint_claim: str | None = None  # a PersistentVolumeClaim mounted for checkpoints
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", env_nested_delimiter="__", extra="forbid")
 
     home: Path = Field(default_factory=home_dir)  # store, logs, run state, admin token
+    backend: Literal["local", "kubernetes"] = "local"  # this machine's GPUs, or a cluster's
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     db: str | None = None  # SQLAlchemy URL; None: sqlite:///<home>/gpufleet.db
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)

@@ -146,6 +146,7 @@ class SqlState:
                 cwd=row.cwd,
                 checkpoint_dir=row.checkpoint_dir,
                 restarts=row.restarts,
+                image=row.image,
                 team=row.team,
                 run_as=row.run_as,
                 cpu_milli=row.cpu_milli,

@@ -132,6 +132,7 @@ def prepare_submit(body: JobSubmit, *, caller_team: str, caller_role: Role) -> P
         "command": list(body.command),
         "env": dict(body.env),
         "cwd": body.cwd,
+        "image": body.image,
         "gpus": gpus,
         "gpu_milli": milli,
         "mig_profile": mig,

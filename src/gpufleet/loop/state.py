@@ -29,6 +29,7 @@ class LaunchSpec:
     cwd: str | None = None
     checkpoint_dir: str | None = None
     restarts: int = 0
+    image: str | None = None
     team: str = "default"
     run_as: str | None = None
     cpu_milli: int = 0

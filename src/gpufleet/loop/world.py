@@ -198,9 +198,15 @@ class WorldLoop:
     def handle(self, ev: BackendEvent, now: float) -> None:
         kind = ev.kind
         if kind is EventKind.NODE_ADDED and ev.node is not None:
-            if ev.node in self.cluster.nodes:
+            known = self.cluster.nodes.get(ev.node)
+            if known is not None and known.removed_at is None:
                 self.cluster.ready(ev.node, ev.time)
                 self.dirty = True
+            else:  # a node that joined by itself (a cluster's autoscaler, an operator): the backend knows it
+                lookup = getattr(self.backend, "node", None)
+                node = lookup(ev.node) if callable(lookup) else None
+                if isinstance(node, Node):
+                    self.add_node(node, ev.time)
         elif kind is EventKind.NODE_INTERRUPTED and ev.node is not None:
             self._on_notice(ev.node, ev.time)
         elif kind is EventKind.NODE_REMOVED and ev.node is not None:
@@ -351,6 +357,7 @@ class WorldLoop:
                     placement=placement,
                     env=launch.env,
                     cwd=launch.cwd,
+                    image=launch.image,
                     checkpoint_dir=launch.checkpoint_dir,
                     restart_count=launch.restarts,
                     max_runtime_s=job.spec.max_runtime_s,

@@ -99,6 +99,7 @@ class JobRow(Base):
     command: Mapped[list[Any]] = mapped_column(JSON)
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     cwd: Mapped[str | None] = mapped_column(Text, default=None)
+    image: Mapped[str | None] = mapped_column(Text, default=None)  # container image (Kubernetes); None: default
     gpus: Mapped[int] = mapped_column(Integer, default=0)  # GPUs per pod (1 for a fraction or a slice)
     gpu_milli: Mapped[int] = mapped_column(Integer, default=1000)  # per GPU; < 1000 = fraction
     mig_profile: Mapped[str | None] = mapped_column(String(32), default=None)

@@ -31,6 +31,7 @@ SUBMIT_FIELDS: Final = frozenset(
         "command",
         "env",
         "cwd",
+        "image",
         "checkpoint_interval_s",
         "gpus",
         "gpu_milli",

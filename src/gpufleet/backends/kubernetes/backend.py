@@ -1,0 +1,349 @@
+"""The Kubernetes backend: gpufleet's world loop driving a cluster through its API server.
+
+What it does with the contract's verbs (:mod:`gpufleet.backends.base`):
+
+- :meth:`inventory` — the cluster's nodes as gpufleet nodes (GPU Feature Discovery labels, MIG and
+  time-slicing resources, capacity type, price: :mod:`.nodes`);
+- :meth:`launch` — creates the run's ``batch/v1`` Job in the team's namespace (:func:`.objects.batch_job`:
+  ``schedulerName: gpufleet``, attribution labels, PriorityClass, a ``podFailurePolicy`` that
+  ignores disruptions). The Job controller creates its pods; :meth:`poll` binds each one to the node
+  the placement chose through the ``pods/binding`` subresource (pod ``i`` of a gang to placement
+  ``i``; a gang is bound all together, once all its pods exist);
+- :meth:`poll` — reports ended runs from their pods (container start and end times as the kubelet
+  recorded them, so the ledger meters the container's own run time), node changes (added, removed,
+  spot notices from the disruption taints) as ``NODE_*`` events, and binds waiting pods;
+- :meth:`stop` — evicts the run's pods through the Eviction API with the job's grace (SIGTERM →
+  checkpoint → SIGKILL by the kubelet) and deletes the Job so no replacement pod is made; the run
+  ends ``STOPPED`` when its pods are gone;
+- :meth:`recover` — finds a run by its Job after a restart (adopts running pods).
+
+Reads use the API's JSON (``_preload_content=False``) so the translation modules see plain dicts;
+writes send plain dicts. Everything goes through the official ``kubernetes`` client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.backends.base import (
+    BackendEvent,
+    Capabilities,
+    Capability,
+    EventKind,
+    GpuSample,
+    LaunchRequest,
+    Recovered,
+    RecoveredState,
+    RunHandle,
+)
+from gpufleet.backends.kubernetes.nodes import node_info
+from gpufleet.backends.kubernetes.objects import SCHEDULER_NAME, batch_job, binding, eviction, job_name
+from gpufleet.backends.kubernetes.pods import ANNOTATION_JOB_ID, ANNOTATION_RUN, PodFacts, pod_facts
+from gpufleet.cost.catalog import PriceCatalog
+from gpufleet.errors import BackendError, GpufleetError
+from gpufleet.model.job import GpuRequest
+from gpufleet.model.node import Node
+
+log = logging.getLogger(__name__)
+
+LABEL_JOB_ID = "gpufleet.io/job-id"
+LABEL_RUN = "gpufleet.io/run"
+DEFAULT_IMAGE = "python:3.11-slim"
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesOptions:
+    """How gpufleet maps its world onto the cluster."""
+
+    namespace_of_team: Mapping[str, str] = field(default_factory=dict)  # team → namespace (default: the team)
+    default_image: str = DEFAULT_IMAGE
+    checkpoint_volume: Mapping[str, Any] | None = None  # a pod volume (e.g. a PVC) holding checkpoints
+    now: Callable[[], float] = time.time
+
+    def namespace(self, team: str) -> str:
+        return self.namespace_of_team.get(team, team)
+
+
+@dataclass(slots=True)
+class _Run:
+    job_id: str
+    run: int
+    namespace: str
+    job: str  # the batch/v1 Job's name
+    nodes: tuple[str, ...]  # placement[i].node for pod i
+    started_at: float
+    stopping: str | None = None  # why a stop was asked
+    bound: bool = False
+
+
+class KubernetesBackend:
+    name = "kubernetes"
+
+    def __init__(
+        self, api_client: Any, catalog: PriceCatalog | None = None, options: KubernetesOptions | None = None
+    ) -> None:
+        from kubernetes import client
+
+        self.api_client = api_client
+        # typed Any: bodies are sent as the plain dicts of :mod:`.objects`, which the client serializes
+        self.core: Any = client.CoreV1Api(api_client)
+        self.batch: Any = client.BatchV1Api(api_client)
+        self.catalog = catalog
+        self.options = options or KubernetesOptions()
+        self._runs: dict[tuple[str, int], _Run] = {}
+        self._nodes: dict[str, Node] = {}
+        self._notified: set[str] = set()  # nodes whose spot notice was reported
+        self.capabilities = Capabilities(
+            frozenset(
+                {Capability.FRACTIONAL, Capability.MIG, Capability.SPOT, Capability.PREEMPTION, Capability.MULTI_NODE,
+                 Capability.RESOURCE_LIMITS, Capability.DEVICE_ISOLATION}
+            ),
+            {
+                Capability.AUTOSCALING: "node provisioning through Karpenter NodeClaims is not built yet",
+                Capability.RUN_AS: "pods run as their image's user (the namespace's security policies apply)",
+            },
+        )
+
+    # -- reading -----------------------------------------------------------------------------------
+    def _json(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = call(*args, _preload_content=False, **kwargs)
+        except ApiException as e:
+            raise BackendError(f"Kubernetes API: {e.status} {e.reason}: {(e.body or '')[:300]}") from None
+        except Exception as e:  # connection refused, TLS, timeouts
+            raise BackendError(f"Kubernetes API unreachable: {e}") from None
+        data = json.loads(resp.data)
+        return data if isinstance(data, dict) else {}
+
+    def _node_objects(self) -> list[dict[str, Any]]:
+        return list(self._json(self.core.list_node).get("items", []))
+
+    def _pods(self) -> list[PodFacts]:
+        items = self._json(self.core.list_pod_for_all_namespaces, label_selector=LABEL_JOB_ID).get("items", [])
+        out = []
+        for obj in items:
+            try:
+                out.append(pod_facts(obj))
+            except GpufleetError as e:  # one bad pod must not stop the loop
+                log.warning("ignoring a pod gpufleet cannot read: %s", e)
+        return out
+
+    # -- the contract ------------------------------------------------------------------------------
+    def inventory(self) -> list[Node]:
+        nodes = []
+        for obj in self._node_objects():
+            info = node_info(obj, self.catalog)
+            if info is None or not info.schedulable:
+                continue
+            nodes.append(info.node)
+        self._nodes = {n.name: n for n in nodes}
+        return nodes
+
+    def launch(self, req: LaunchRequest) -> RunHandle:
+        key = (req.job_id, req.run)
+        existing = self._runs.get(key)
+        if existing is not None:
+            return self._handle(existing)
+        if not req.placement:
+            raise BackendError(f"job {req.job_id} run {req.run}: no placement")
+        from kubernetes.client.exceptions import ApiException
+
+        ns = self.options.namespace(req.team)
+        first = req.placement[0]
+        gpu = GpuRequest(len(first.gpus), first.milli) if first.gpus else GpuRequest()
+        node = self._nodes.get(first.node)
+        replicas = int((node.labels if node else {}).get("gpufleet.io/gpu-replicas", "1") or 1)
+        resource = (node.labels if node else {}).get("gpufleet.io/gpu-resource")
+        image = req.image or self.options.default_image
+        body = batch_job(
+            req.job_id,
+            req.run,
+            namespace=ns,
+            image=image,
+            command=list(req.command),
+            env=dict(req.env),
+            working_dir=req.cwd,
+            gpu=gpu,
+            gpu_resource=resource,
+            gpu_replicas=replicas,
+            cpu_milli=req.cpu_milli,
+            memory_mib=req.memory_mib,
+            team=req.team,
+            checkpoint_dir=req.checkpoint_dir,
+            checkpoint_volume=self.options.checkpoint_volume,
+            grace_s=req.grace_s,
+            max_runtime_s=req.max_runtime_s,
+            gang_size=len(req.placement),
+        )
+        name = str(body["metadata"]["name"])
+        try:
+            self.batch.create_namespaced_job(ns, body, _preload_content=False)
+        except ApiException as e:
+            if e.status != 409:  # 409: it exists (a launch replayed after a crash): take it as ours
+                raise BackendError(f"creating Job {ns}/{name}: {e.status} {e.reason}: {(e.body or '')[:300]}") from None
+        except Exception as e:
+            raise BackendError(f"creating Job {ns}/{name}: {e}") from None
+        run = _Run(req.job_id, req.run, ns, name, tuple(p.node for p in req.placement), self.options.now())
+        self._runs[key] = run
+        return self._handle(run)
+
+    def _handle(self, run: _Run) -> RunHandle:
+        return RunHandle(run.job_id, run.run, 0, run.started_at, f"k8s://{run.namespace}/job/{run.job}")
+
+    def stop(self, job_id: str, run: int, reason: str, grace_s: float = 30.0) -> None:
+        r = self._runs.get((job_id, run))
+        if r is None or r.stopping is not None:
+            return
+        r.stopping = reason or "stopped"
+        from kubernetes.client.exceptions import ApiException
+
+        for pod in self._run_pods(r):
+            if pod.terminal:
+                continue
+            try:
+                if pod.node is None:  # never bound: nothing runs, delete it outright
+                    self.core.delete_namespaced_pod(pod.name, pod.namespace, grace_period_seconds=0)
+                else:
+                    self.core.create_namespaced_pod_eviction(
+                        pod.name, pod.namespace, eviction(pod.namespace, pod.name, grace_s), _preload_content=False
+                    )
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("evicting pod %s: %s %s", pod.key, e.status, e.reason)
+        try:  # no replacement pods: the Job controller would make one for an evicted pod
+            self.batch.delete_namespaced_job(r.job, r.namespace, propagation_policy="Orphan")
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("deleting Job %s/%s: %s %s", r.namespace, r.job, e.status, e.reason)
+
+    def _run_pods(self, r: _Run, pods: list[PodFacts] | None = None) -> list[PodFacts]:
+        pods = self._pods() if pods is None else pods
+        return sorted(
+            (p for p in pods if p.job_id == r.job_id and p.run == r.run and p.namespace == r.namespace),
+            key=lambda p: (p.completion_index if p.completion_index is not None else 0, p.name),
+        )
+
+    def poll(self) -> list[BackendEvent]:
+        events = self._node_events()
+        if not self._runs:
+            return events
+        pods = self._pods()
+        for key, r in list(self._runs.items()):
+            mine = self._run_pods(r, pods)
+            if not r.bound and r.stopping is None:
+                self._bind(r, mine)
+            ev = self._ended(r, mine)
+            if ev is not None:
+                events.append(ev)
+                del self._runs[key]
+        return events
+
+    def _bind(self, r: _Run, pods: list[PodFacts]) -> None:
+        waiting = [p for p in pods if not p.terminal and p.deletion_timestamp is None]
+        if len(waiting) < len(r.nodes):
+            return  # a gang is bound all together, once all its pods exist
+        from kubernetes.client.exceptions import ApiException
+
+        for pod, node in zip(waiting, r.nodes, strict=False):
+            if pod.node is not None:
+                continue
+            try:
+                self.core.create_namespaced_pod_binding(
+                    pod.name, pod.namespace, binding(pod.namespace, pod.name, node), _preload_content=False
+                )
+            except ApiException as e:
+                if e.status == 409:  # already bound (by us, before a restart)
+                    continue
+                log.warning("binding pod %s to %s: %s %s", pod.key, node, e.status, e.reason)
+                return
+        r.bound = True
+
+    def _ended(self, r: _Run, pods: list[PodFacts]) -> BackendEvent | None:
+        now = self.options.now()
+        starts = [p.started_at for p in pods if p.started_at is not None]
+        started = min(starts) if starts else None
+        if r.stopping is not None:
+            if any(not p.terminal for p in pods):
+                return None
+            ends = [p.finished_at for p in pods if p.finished_at is not None]
+            return BackendEvent(EventKind.STOPPED, now, r.job_id, r.run, reason=r.stopping, started_at=started,
+                                ended_at=max(ends) if ends else now)
+        if not pods:
+            return None
+        failed = [p for p in pods if p.phase == "Failed"]
+        if failed:
+            p = failed[0]
+            disrupted = p.condition("DisruptionTarget")
+            kind = EventKind.STOPPED if disrupted is not None and disrupted.status == "True" else EventKind.FAILED
+            reason = f"pod {p.key} failed" + (f" (exit {p.exit_code})" if p.exit_code else "")
+            if kind is EventKind.STOPPED:
+                reason = f"pod {p.key} disrupted: {disrupted.reason if disrupted else ''}".rstrip(": ")
+            return BackendEvent(kind, now, r.job_id, r.run, exit_code=p.exit_code, reason=reason, started_at=started,
+                                ended_at=p.finished_at or now)
+        if len(pods) >= len(r.nodes) and all(p.phase == "Succeeded" for p in pods):
+            ends = [p.finished_at for p in pods if p.finished_at is not None]
+            return BackendEvent(EventKind.SUCCEEDED, now, r.job_id, r.run, exit_code=0, started_at=started,
+                                ended_at=max(ends) if ends else now)
+        return None
+
+    def _node_events(self) -> list[BackendEvent]:
+        now = self.options.now()
+        out: list[BackendEvent] = []
+        try:
+            objs = self._node_objects()
+        except BackendError as e:
+            log.warning("listing nodes: %s", e)
+            return out
+        seen: dict[str, Node] = {}
+        for obj in objs:
+            info = node_info(obj, self.catalog)
+            if info is None:
+                continue
+            name = info.node.name
+            if info.spot_notice and name in self._nodes and name not in self._notified:
+                self._notified.add(name)
+                out.append(BackendEvent(EventKind.NODE_INTERRUPTED, now, node=name, reason=info.spot_notice))
+            if info.schedulable or name in self._notified:
+                seen[name] = info.node
+        for name in sorted(set(self._nodes) - set(seen)):
+            out.append(BackendEvent(EventKind.NODE_REMOVED, now, node=name, reason=f"node {name} is gone"))
+            self._notified.discard(name)
+        for name in sorted(set(seen) - set(self._nodes)):
+            out.append(BackendEvent(EventKind.NODE_ADDED, now, node=name))
+        self._nodes = seen
+        return out
+
+    def node(self, name: str) -> Node | None:
+        """A node the backend knows (what a ``NODE_ADDED`` event names)."""
+        return self._nodes.get(name)
+
+    def recover(self, job_id: str, run: int) -> Recovered:
+        pods = [p for p in self._pods() if p.job_id == job_id and p.run == run]
+        if not pods:
+            return Recovered(RecoveredState.ABSENT)
+        ns = pods[0].namespace
+        name = job_name(job_id, run, len(pods))
+        nodes = tuple(p.node or "" for p in sorted(pods, key=lambda p: p.completion_index or 0))
+        started = min((p.started_at for p in pods if p.started_at is not None), default=self.options.now())
+        r = _Run(job_id, run, ns, name, nodes, started, bound=all(p.node for p in pods))
+        ev = self._ended(r, pods)
+        if ev is not None:
+            return Recovered(RecoveredState.ENDED, event=ev)
+        self._runs[(job_id, run)] = r
+        return Recovered(RecoveredState.RUNNING, self._handle(r))
+
+    def telemetry(self) -> list[GpuSample]:
+        return []  # DCGM exporter scraping (:mod:`.dcgm`) is wired by the server's settings
+
+    def close(self) -> None:
+        self._runs.clear()
+
+
+__all__ = ["ANNOTATION_JOB_ID", "ANNOTATION_RUN", "SCHEDULER_NAME", "KubernetesBackend", "KubernetesOptions"]
