@@ -20,6 +20,7 @@ from gpufleet.cli.budget import budget_app
 from gpufleet.cli.common import console, fail, handle_errors
 from gpufleet.cli.db import db_app
 from gpufleet.cli.experiment import experiment_app
+from gpufleet.cli.k8s import k8s_app
 from gpufleet.cli.render import EXIT_CODES_EPILOG, WIDE_HELP, Col, make_table, print_table
 from gpufleet.cli.simulate import simulate
 from gpufleet.cli.up import up
@@ -53,6 +54,7 @@ app.command("up")(up)
 app.add_typer(db_app, name="db", help="The store's schema: apply migrations, show the current one.")
 app.command("simulate")(simulate)
 app.add_typer(experiment_app, name="experiment", help="Reproduce research experiments (e.g. FGD fragmentation).")
+app.add_typer(k8s_app, name="k8s", help="Kubernetes manifests: gpufleet's CRDs and the cluster policies of the teams.")
 jobs.register(app)  # API client commands: submit, ls, show, logs, cancel, wait, queue, nodes, team, token, ...
 cost.register(app)  # gpufleet cost [...] and cost update-prices
 app.add_typer(budget_app, name="budget")

@@ -217,7 +217,11 @@ def kubernetes_world(settings: Settings) -> tuple[Backend, Leadership]:
         KubernetesOptions(namespace_of_team=k.namespaces, default_image=k.default_image, checkpoint_volume=volume),
     )
     identity = settings.replica or f"{socket.gethostname()}-{os.getpid()}"
-    leadership = LeaseLeadership(client.CoordinationV1Api(api_client), k.lease_namespace, k.lease_name, identity)
+    d = k.lease_duration_s
+    leadership = LeaseLeadership(
+        client.CoordinationV1Api(api_client), k.lease_namespace, k.lease_name, identity,
+        lease_duration_s=d, renew_deadline_s=d * 2 / 3, renew_every_s=d / 7,
+    )
     log.info("backend: kubernetes at %s; leader election through Lease %s/%s as %s",
              api_client.configuration.host, k.lease_namespace, k.lease_name, identity)
     return backend, leadership

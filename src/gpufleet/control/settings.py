@@ -33,6 +33,8 @@ class KubernetesSettings(BaseModel):
     namespaces: dict[str, str] = Field(default_factory=dict)  # team → namespace (default: the team's name)
     lease_namespace: str = Field("gpufleet-system", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     lease_name: str = Field("gpufleet-scheduler", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    # a standby takes over a silent leader's Lease after this long; the leader steps down after 2/3 of it
+    lease_duration_s: float = Field(15.0, ge=3, le=300)
     default_image: str = "python:3.11-slim"
     checkpoint_claim: str | None = None  # a PersistentVolumeClaim mounted for checkpoints
 
