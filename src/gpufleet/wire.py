@@ -159,6 +159,8 @@ class JobSubmit(_Wire):
     cwd: Annotated[AbsPath | None, Field(max_length=4096)] = None
     # the container image a Kubernetes backend runs the command in (ignored on the local backend)
     image: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,510}$")] = None
+    # pods placed all or nothing, each with the GPUs above (a gang; multi-pod needs a multi-node backend)
+    pods: Annotated[int, Field(strict=True, ge=1, le=64)] = 1
 
     @model_validator(mode="after")
     def _one_gpu_shape(self) -> JobSubmit:
@@ -229,6 +231,7 @@ class JobOut(_Out):
     checkpoint_interval_s: float | None = None
     budget_usd: float | None = None
     image: str | None = None
+    pods: int = 1
     # seconds it has spent running, summed over its runs (a run still going counts up to the
     # server's now); time queued — also between a preemption and the next run — is not counted.
     # None: a server that does not report it (clients fall back to ended_at/now − started_at)

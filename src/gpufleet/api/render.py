@@ -67,6 +67,7 @@ def job_out(row: JobRow) -> JobOut:
         estimated_runtime_s=row.estimated_runtime_s,
         checkpoint_interval_s=row.checkpoint_interval_s,
         image=row.image,
+        pods=row.pods,
         budget_usd=row.budget_usd,
     )
 

@@ -53,6 +53,7 @@ class LaunchRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     image: str | None = None  # the container image (Kubernetes); None: the backend's default
+    labels: Mapping[str, str] = field(default_factory=dict)  # the job's labels (attribution, adoption)
     checkpoint_dir: str | None = None  # same directory on every attempt
     restart_count: int = 0
     max_runtime_s: float | None = None  # the backend enforces it (SIGTERM, grace, SIGKILL)

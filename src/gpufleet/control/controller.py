@@ -106,6 +106,15 @@ class ServiceBudgets:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class Periodic:
+    """A duty the leader runs every ``interval_s`` before its step (e.g. adopting pods)."""
+
+    name: str
+    interval_s: float
+    run: Callable[[float], object]
+
+
 class Controller:
     def __init__(
         self,
@@ -118,8 +127,11 @@ class Controller:
         leadership: Leadership | None = None,
         catalog: PriceCatalog | None = None,
         budgets: BudgetService | None = None,
+        periodic: Sequence[Periodic] = (),
     ) -> None:
         self.db = db
+        self.periodic = list(periodic)  # the leader's other duties (adoption, custom resources, ...)
+        self._periodic_last: dict[str, float] = {}
         self.backend = backend
         self.profile = profile or Profile()
         self.config = config or ControllerConfig()
@@ -359,9 +371,21 @@ class Controller:
             return 0.0
 
     # -- the step --------------------------------------------------------------------------------------
+    def _run_periodic(self, now: float) -> None:
+        """The leader's periodic duties, each isolated: one that fails is logged, never fatal."""
+        for p in self.periodic:
+            if now - self._periodic_last.get(p.name, -math.inf) < p.interval_s:
+                continue
+            self._periodic_last[p.name] = now
+            try:
+                p.run(now)
+            except Exception:
+                log.exception("periodic duty %s failed", p.name)
+
     def step(self) -> None:
         t0 = time.perf_counter()
         now = self.clock.now()
+        self._run_periodic(now)
         cycles = self.loop.stats.cycles
         self.loop.step(now)
         self._publish(now)

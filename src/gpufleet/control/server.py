@@ -21,7 +21,7 @@ from gpufleet.backends.base import Backend
 from gpufleet.backends.local import LocalBackend
 from gpufleet.clock import WallClock
 from gpufleet.control.budgets import BudgetService
-from gpufleet.control.controller import Controller, ControllerConfig
+from gpufleet.control.controller import Controller, ControllerConfig, Periodic
 from gpufleet.control.leader import Leadership
 from gpufleet.control.settings import Settings
 from gpufleet.cost.rules import rules_from_setting
@@ -181,7 +181,7 @@ def ensure_admin_token(db: Database, home: Path, now: float) -> Path:
     return path
 
 
-def kubernetes_world(settings: Settings) -> tuple[Backend, Leadership]:
+def kubernetes_world(settings: Settings, db: Database) -> tuple[Backend, Leadership, list[Periodic]]:
     """The Kubernetes backend and its Lease leadership for ``backend: kubernetes``: the API server
     from the in-cluster service account, else a kubeconfig (``kubernetes.kubeconfig``/``context``),
     through the official client. Replicas elect one leader with a ``coordination.k8s.io/v1`` Lease."""
@@ -211,10 +211,17 @@ def kubernetes_world(settings: Settings) -> tuple[Backend, Leadership]:
         if k.checkpoint_claim
         else None
     )
+    catalog = load_catalog()
+    provisioner = None
+    if k.karpenter:
+        from gpufleet.backends.kubernetes.provisioner import KarpenterProvisioner
+
+        provisioner = KarpenterProvisioner(api_client, catalog)
     backend = KubernetesBackend(
         api_client,
-        load_catalog(),
+        catalog,
         KubernetesOptions(namespace_of_team=k.namespaces, default_image=k.default_image, checkpoint_volume=volume),
+        provisioner=provisioner,
     )
     identity = settings.replica or f"{socket.gethostname()}-{os.getpid()}"
     d = k.lease_duration_s
@@ -224,7 +231,11 @@ def kubernetes_world(settings: Settings) -> tuple[Backend, Leadership]:
     )
     log.info("backend: kubernetes at %s; leader election through Lease %s/%s as %s",
              api_client.configuration.host, k.lease_namespace, k.lease_name, identity)
-    return backend, leadership
+    from gpufleet.control.k8s_adopt import PodAdopter
+
+    adopter = PodAdopter(db, api_client, team_of_namespace={ns: team for team, ns in k.namespaces.items()})
+    periodic = [Periodic("adopt pods", k.adopt_interval_s, lambda now: adopter.adopt())]
+    return backend, leadership, periodic
 
 
 def build_server(settings: Settings) -> Server:
@@ -237,9 +248,10 @@ def build_server(settings: Settings) -> Server:
     token_path = ensure_admin_token(db, home, now) if settings.single_user else None
     policy = AccountPolicy(jobs_as_server=settings.jobs_as_server)
     leadership: Leadership | None = None
+    periodic: list[Periodic] = []
     backend: Backend
     if settings.backend == "kubernetes":
-        backend, leadership = kubernetes_world(settings)
+        backend, leadership, periodic = kubernetes_world(settings, db)
     else:
         log.log(logging.WARNING if settings.jobs_as_server else logging.INFO, "%s", policy.describe())
         backend = LocalBackend(
@@ -264,6 +276,18 @@ def build_server(settings: Settings) -> Server:
     budgets = BudgetService(
         db, WallClock(), interval_s=settings.budget_interval_s, rules=rules_from_setting(settings.pricing)
     )
-    controller = Controller(db, backend, settings.scheduler, config, budgets=budgets, leadership=leadership)
+    controller = Controller(
+        db, backend, settings.scheduler, config, budgets=budgets, leadership=leadership, periodic=periodic
+    )
+    report = getattr(backend, "report_waiting", None)
+    if callable(report):  # Kubernetes: waiting pods say why (kubectl describe, Karpenter)
+        controller.periodic.append(Periodic("pod conditions", 5.0, lambda now: report(controller.loop.waiting)))
+    if settings.backend == "kubernetes":  # CostBudgets and CostAttributions, reconciled by the leader
+        from gpufleet.control.k8s_resources import custom_resources_duty
+
+        k8s = settings.kubernetes
+        controller.periodic.append(
+            custom_resources_duty(db, backend, k8s.namespaces, budgets.rules, settings.budget_interval_s)
+        )
     write_private_file(home / SERVER_FILE, json.dumps({"url": settings.url}) + "\n")
     return Server(settings, db, controller, token_path, policy)

@@ -147,6 +147,7 @@ class SqlState:
                 checkpoint_dir=row.checkpoint_dir,
                 restarts=row.restarts,
                 image=row.image,
+                labels={str(k): str(v) for k, v in (row.labels or {}).items()},
                 team=row.team,
                 run_as=row.run_as,
                 cpu_milli=row.cpu_milli,

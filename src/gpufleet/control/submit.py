@@ -133,6 +133,7 @@ def prepare_submit(body: JobSubmit, *, caller_team: str, caller_role: Role) -> P
         "env": dict(body.env),
         "cwd": body.cwd,
         "image": body.image,
+        "pods": body.pods,
         "gpus": gpus,
         "gpu_milli": milli,
         "mig_profile": mig,
@@ -162,6 +163,7 @@ def spec_of_fields(fields: Mapping[str, Any], team: str = "default") -> JobSpec:
         cpu_milli=int(fields.get("cpu_milli") or 0),
         memory_mib=int(fields.get("memory_mib") or 0),
         preemptible=bool(fields.get("preemptible", False)),
+        gang_size=int(fields.get("pods") or 1),
     )
 
 

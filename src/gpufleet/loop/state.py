@@ -30,6 +30,7 @@ class LaunchSpec:
     checkpoint_dir: str | None = None
     restarts: int = 0
     image: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
     team: str = "default"
     run_as: str | None = None
     cpu_milli: int = 0

@@ -358,6 +358,7 @@ class WorldLoop:
                     env=launch.env,
                     cwd=launch.cwd,
                     image=launch.image,
+                    labels=launch.labels,
                     checkpoint_dir=launch.checkpoint_dir,
                     restart_count=launch.restarts,
                     max_runtime_s=job.spec.max_runtime_s,

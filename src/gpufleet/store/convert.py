@@ -69,6 +69,7 @@ def job_spec_from_row(row: JobRow) -> JobSpec:
         checkpoint_interval_s=row.checkpoint_interval_s,
         max_runtime_s=row.max_runtime_s,
         estimated_runtime_s=row.estimated_runtime_s,
+        gang_size=max(1, row.pods or 1),
     )
 
 

@@ -100,6 +100,7 @@ class JobRow(Base):
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     cwd: Mapped[str | None] = mapped_column(Text, default=None)
     image: Mapped[str | None] = mapped_column(Text, default=None)  # container image (Kubernetes); None: default
+    pods: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # a gang: placed all or nothing
     gpus: Mapped[int] = mapped_column(Integer, default=0)  # GPUs per pod (1 for a fraction or a slice)
     gpu_milli: Mapped[int] = mapped_column(Integer, default=1000)  # per GPU; < 1000 = fraction
     mig_profile: Mapped[str | None] = mapped_column(String(32), default=None)

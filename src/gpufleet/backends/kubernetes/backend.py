@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.backends.base import (
     BackendEvent,
@@ -42,17 +42,28 @@ from gpufleet.backends.base import (
     RunHandle,
 )
 from gpufleet.backends.kubernetes.nodes import node_info
-from gpufleet.backends.kubernetes.objects import SCHEDULER_NAME, batch_job, binding, eviction, job_name
+from gpufleet.backends.kubernetes.objects import (
+    SCHEDULER_NAME,
+    batch_job,
+    binding,
+    eviction,
+    job_name,
+    pod_scheduled_false,
+)
 from gpufleet.backends.kubernetes.pods import ANNOTATION_JOB_ID, ANNOTATION_RUN, PodFacts, pod_facts
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.model.job import GpuRequest
-from gpufleet.model.node import Node
+from gpufleet.model.node import Node, NodePool
+
+if TYPE_CHECKING:
+    from gpufleet.backends.kubernetes.provisioner import KarpenterProvisioner
 
 log = logging.getLogger(__name__)
 
 LABEL_JOB_ID = "gpufleet.io/job-id"
 LABEL_RUN = "gpufleet.io/run"
+LABEL_ADOPTED = "gpufleet.io/adopted-owner"  # a job adopted from pods created by others (control.k8s_adopt)
 DEFAULT_IMAGE = "python:3.11-slim"
 
 
@@ -85,7 +96,12 @@ class KubernetesBackend:
     name = "kubernetes"
 
     def __init__(
-        self, api_client: Any, catalog: PriceCatalog | None = None, options: KubernetesOptions | None = None
+        self,
+        api_client: Any,
+        catalog: PriceCatalog | None = None,
+        options: KubernetesOptions | None = None,
+        *,
+        provisioner: KarpenterProvisioner | None = None,  # node provisioning through Karpenter NodeClaims
     ) -> None:
         from kubernetes import client
 
@@ -98,13 +114,19 @@ class KubernetesBackend:
         self._runs: dict[tuple[str, int], _Run] = {}
         self._nodes: dict[str, Node] = {}
         self._notified: set[str] = set()  # nodes whose spot notice was reported
+        self.provisioner = provisioner
         self.capabilities = Capabilities(
             frozenset(
                 {Capability.FRACTIONAL, Capability.MIG, Capability.SPOT, Capability.PREEMPTION, Capability.MULTI_NODE,
                  Capability.RESOURCE_LIMITS, Capability.DEVICE_ISOLATION}
+                | ({Capability.AUTOSCALING} if provisioner is not None else set())
             ),
             {
-                Capability.AUTOSCALING: "node provisioning through Karpenter NodeClaims is not built yet",
+                **(
+                    {Capability.AUTOSCALING: "no Karpenter provisioner configured (kubernetes.karpenter)"}
+                    if provisioner is None
+                    else {}
+                ),
                 Capability.RUN_AS: "pods run as their image's user (the namespace's security policies apply)",
             },
         )
@@ -153,6 +175,8 @@ class KubernetesBackend:
             return self._handle(existing)
         if not req.placement:
             raise BackendError(f"job {req.job_id} run {req.run}: no placement")
+        if LABEL_ADOPTED in req.labels:
+            return self._launch_adopted(req)
         from kubernetes.client.exceptions import ApiException
 
         ns = self.options.namespace(req.team)
@@ -194,6 +218,27 @@ class KubernetesBackend:
         self._runs[key] = run
         return self._handle(run)
 
+    def _launch_adopted(self, req: LaunchRequest) -> RunHandle:
+        """A job adopted from pods someone else created (:mod:`gpufleet.control.k8s_adopt`): no Job
+        is created; its waiting pods are marked as this run and bound by :meth:`poll`."""
+        pods = [
+            p for p in self._pods()
+            if p.job_id == req.job_id and not p.terminal and p.deletion_timestamp is None and p.node is None
+        ]
+        if len(pods) < len(req.placement):
+            raise BackendError(
+                f"job {req.job_id} ({req.labels[LABEL_ADOPTED]}) has {len(pods)} waiting pods for a gang of "
+                f"{len(req.placement)}"
+            )
+        for pod in pods:
+            self.core.patch_namespaced_pod(
+                pod.name, pod.namespace, {"metadata": {"annotations": {ANNOTATION_RUN: str(req.run)}}},
+                _preload_content=False,
+            )
+        run = _Run(req.job_id, req.run, pods[0].namespace, "", tuple(p.node for p in req.placement), self.options.now())
+        self._runs[(req.job_id, req.run)] = run
+        return self._handle(run)
+
     def _handle(self, run: _Run) -> RunHandle:
         return RunHandle(run.job_id, run.run, 0, run.started_at, f"k8s://{run.namespace}/job/{run.job}")
 
@@ -217,6 +262,8 @@ class KubernetesBackend:
             except ApiException as e:
                 if e.status != 404:
                     log.warning("evicting pod %s: %s %s", pod.key, e.status, e.reason)
+        if not r.job:
+            return  # adopted pods: their own controller decides about replacements
         try:  # no replacement pods: the Job controller would make one for an evicted pod
             self.batch.delete_namespaced_job(r.job, r.namespace, propagation_policy="Orphan")
         except ApiException as e:
@@ -232,6 +279,8 @@ class KubernetesBackend:
 
     def poll(self) -> list[BackendEvent]:
         events = self._node_events()
+        if self.provisioner is not None:  # claims that will not join under their own name
+            events += self.provisioner.events(set(self._nodes), self.options.now())
         if not self._runs:
             return events
         pods = self._pods()
@@ -320,9 +369,49 @@ class KubernetesBackend:
         self._nodes = seen
         return out
 
+    def report_waiting(self, waiting: Mapping[str, str]) -> int:
+        """Say on each unbound pod of a queued job why it waits (job id → the scheduler's reason):
+        condition ``PodScheduled=False``, reason ``Unschedulable``, gpufleet's reason as the message —
+        what ``kubectl describe`` shows and what Karpenter reads as demand. Only changed messages are
+        written; returns how many pods were patched."""
+        from kubernetes.client.exceptions import ApiException
+
+        patched = 0
+        for pod in self._pods():
+            why = waiting.get(pod.job_id or "")
+            if why is None or pod.node is not None or pod.terminal or pod.deletion_timestamp is not None:
+                continue
+            cond = pod.condition("PodScheduled")
+            if cond is not None and cond.status == "False" and cond.message == why:
+                continue
+            try:
+                self.core.patch_namespaced_pod_status(
+                    pod.name, pod.namespace, pod_scheduled_false(why, self.options.now()), _preload_content=False
+                )
+                patched += 1
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("pod %s: writing PodScheduled=False: %s %s", pod.key, e.status, e.reason)
+        return patched
+
     def node(self, name: str) -> Node | None:
         """A node the backend knows (what a ``NODE_ADDED`` event names)."""
         return self._nodes.get(name)
+
+    # -- the Provisioner protocol (Capability.AUTOSCALING only with a provisioner) ----------------
+    def pools(self) -> list[NodePool]:
+        return self.provisioner.pools() if self.provisioner is not None else []
+
+    def provision(self, pool: str, count: int, now: float) -> list[Node]:
+        if self.provisioner is None:
+            raise BackendError("this Kubernetes backend has no node provisioner (kubernetes.karpenter is off)")
+        return self.provisioner.provision(pool, count, now)
+
+    def release(self, node: str, now: float) -> None:
+        if self.provisioner is None:
+            log.warning("node %s not released: no node provisioner", node)
+            return
+        self.provisioner.release(node, now)
 
     def recover(self, job_id: str, run: int) -> Recovered:
         pods = [p for p in self._pods() if p.job_id == job_id and p.run == run]

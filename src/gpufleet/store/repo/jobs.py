@@ -32,6 +32,7 @@ SUBMIT_FIELDS: Final = frozenset(
         "env",
         "cwd",
         "image",
+        "pods",
         "checkpoint_interval_s",
         "gpus",
         "gpu_milli",

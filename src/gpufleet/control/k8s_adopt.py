@@ -1,0 +1,162 @@
+"""Adoption: workloads people create on the cluster themselves join gpufleet's queue.
+
+Any pod with ``schedulerName: gpufleet`` that gpufleet did not create (no ``gpufleet.io/job-id``)
+becomes part of a gpufleet job — one job per owner (Job, JobSet, PyTorchJob, RayCluster…; a group
+of pods is a gang, placed all or nothing) — once all the owner's pods exist. The job is stored like
+an API submission, in the team the namespace maps to (or the pod's ``team`` label), with the pods'
+requests, their ``team``/``project``/``experiment-id``/``cost-center`` labels for attribution, the
+PriorityClass as its priority (``gpufleet-<class>``, else ``normal``) and the pod annotation
+``gpufleet.io/cost-limit`` as its own budget. The pods are then labelled with the job id; the
+Kubernetes backend binds them (instead of creating a Job) when the scheduler places the job.
+
+Idempotent: the owner's uid is the submission's idempotency key, so an owner is adopted once, and
+a replacement pod its own controller makes later is labelled with the same job. A pod gpufleet
+cannot read, or a namespace that maps to no team, is logged and left alone (never a crash).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.backends.kubernetes.backend import LABEL_ADOPTED, LABEL_JOB_ID
+from gpufleet.backends.kubernetes.objects import SCHEDULER_NAME
+from gpufleet.backends.kubernetes.pods import ANNOTATION_JOB_ID, Gang, PodFacts, group_gangs, pod_facts
+from gpufleet.errors import GpufleetError
+from gpufleet.model.gpu import MILLI
+from gpufleet.model.job import PRIORITY_CLASSES
+from gpufleet.store import repo
+from gpufleet.store.db import Database
+from gpufleet.store.models import Team
+
+log = logging.getLogger(__name__)
+
+ADOPTED_KEY_PREFIX = "k8s-owner:"
+
+
+@dataclass
+class AdoptStats:
+    adopted: int = 0  # jobs created
+    labelled: int = 0  # pods labelled with their job
+    skipped: int = 0  # pods or owners left alone (unreadable, no team, incomplete gang)
+
+
+class PodAdopter:
+    def __init__(
+        self,
+        db: Database,
+        api_client: Any,
+        *,
+        team_of_namespace: Mapping[str, str] | None = None,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        from kubernetes import client
+
+        self.db = db
+        self.core: Any = client.CoreV1Api(api_client)
+        self.team_of_namespace = dict(team_of_namespace or {})
+        self.now = now
+
+    def _waiting_pods(self) -> list[PodFacts]:
+        resp = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.schedulerName={SCHEDULER_NAME}", _preload_content=False
+        )
+        out = []
+        for obj in json.loads(resp.data).get("items", []):
+            meta = obj.get("metadata", {})
+            if (meta.get("annotations") or {}).get(ANNOTATION_JOB_ID) or (meta.get("labels") or {}).get(LABEL_JOB_ID):
+                continue  # gpufleet's own, or already adopted
+            if meta.get("deletionTimestamp") or (obj.get("spec") or {}).get("nodeName"):
+                continue
+            try:
+                facts = pod_facts(obj)
+            except GpufleetError as e:
+                log.warning("not adopting a pod gpufleet cannot read: %s", e)
+                continue
+            if facts.phase == "Pending":
+                out.append(facts)
+        return out
+
+    def adopt(self) -> AdoptStats:
+        """One pass: adopt the complete gangs waiting for gpufleet (see the module docstring)."""
+        stats = AdoptStats()
+        try:
+            pods = self._waiting_pods()
+        except Exception as e:  # the API server is unreachable: try again next time
+            log.warning("adoption: listing pods failed: %s", e)
+            return stats
+        try:
+            gangs = group_gangs(pods)
+        except GpufleetError as e:
+            log.warning("adoption: %s", e)
+            return stats
+        for gang in gangs.values():
+            try:
+                self._adopt(gang, stats)
+            except Exception as e:  # one owner's trouble never stops the rest
+                log.warning("adoption of %s failed: %s", gang.key, e)
+                stats.skipped += 1
+        return stats
+
+    def _team(self, gang: Gang) -> str | None:
+        first = gang.pods[0]
+        return first.team or self.team_of_namespace.get(gang.namespace) or gang.namespace
+
+    def _fields(self, gang: Gang) -> dict[str, Any]:
+        first = gang.pods[0]
+        pc = (first.priority_class or "").removeprefix("gpufleet-")
+        fields: dict[str, Any] = {
+            "name": f"{gang.owner.kind.lower()}-{gang.owner.name}"[:120],
+            "command": [f"(pods of {gang.key})"],
+            "project": first.project,
+            "experiment": first.experiment,
+            "namespace": gang.namespace,
+            "labels": {
+                k: v
+                for k, v in {LABEL_ADOPTED: gang.key, "cost-center": first.cost_center}.items()
+                if v
+            },
+            "priority_class": pc if pc in PRIORITY_CLASSES else "normal",
+            "cpu_milli": first.cpu_milli,
+            "memory_mib": first.memory_mib,
+            "budget_usd": first.cost_limit_usd,
+            "pods": gang.size,
+            "gpus": 0,
+            "gpu_milli": MILLI,
+            "mig_profile": None,
+            "gpu_types": [],
+        }
+        if first.mig_profile is not None:
+            fields.update(gpus=1, mig_profile=first.mig_profile)
+        elif first.gpu_count:
+            fields["gpus"] = first.gpu_count
+        return fields
+
+    def _adopt(self, gang: Gang, stats: AdoptStats) -> None:
+        if not gang.complete:
+            stats.skipped += 1
+            return
+        team = self._team(gang)
+        key = ADOPTED_KEY_PREFIX + (gang.owner.uid or gang.key)
+        now = self.now()
+        with self.db.session() as s:
+            if team is None or s.get(Team, team) is None:
+                log.warning("not adopting %s: namespace %s maps to no team (set kubernetes.namespaces)",
+                            gang.key, gang.namespace)
+                stats.skipped += 1
+                return
+            row, created = repo.submit_job(
+                s, self._fields(gang), team=team, submitted_by=None, idempotency_key=key, request_sha256=None, now=now
+            )
+            job_id = row.id
+        if created:
+            stats.adopted += 1
+            log.info("adopted %s (%d pods) as job %s of team %s", gang.key, len(gang.pods), job_id, team)
+        for pod in gang.pods:
+            patch = {"metadata": {"labels": {LABEL_JOB_ID: job_id}, "annotations": {ANNOTATION_JOB_ID: job_id}}}
+            self.core.patch_namespaced_pod(pod.name, pod.namespace, patch, _preload_content=False)
+            stats.labelled += 1
