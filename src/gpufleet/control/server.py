@@ -220,7 +220,12 @@ def kubernetes_world(settings: Settings, db: Database) -> tuple[Backend, Leaders
     backend = KubernetesBackend(
         api_client,
         catalog,
-        KubernetesOptions(namespace_of_team=k.namespaces, default_image=k.default_image, checkpoint_volume=volume),
+        KubernetesOptions(
+            namespace_of_team=k.namespaces,
+            default_image=k.default_image,
+            checkpoint_volume=volume,
+            dcgm_urls=tuple(k.dcgm_urls),
+        ),
         provisioner=provisioner,
     )
     identity = settings.replica or f"{socket.gethostname()}-{os.getpid()}"

@@ -36,6 +36,7 @@ class KubernetesSettings(BaseModel):
     # a standby takes over a silent leader's Lease after this long; the leader steps down after 2/3 of it
     lease_duration_s: float = Field(15.0, ge=3, le=300)
     adopt_interval_s: float = Field(2.0, gt=0, le=300)  # how often pods with schedulerName gpufleet are adopted
+    dcgm_urls: list[str] = Field(default_factory=list)  # DCGM exporter /metrics endpoints to scrape
     default_image: str = "python:3.11-slim"
     checkpoint_claim: str | None = None  # a PersistentVolumeClaim mounted for checkpoints
     # scale-ups create Karpenter NodeClaims from the cluster's NodePools; idle nodes' claims are deleted

@@ -27,7 +27,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.backends.base import (
@@ -41,6 +41,7 @@ from gpufleet.backends.base import (
     RecoveredState,
     RunHandle,
 )
+from gpufleet.backends.kubernetes.dcgm import parse_dcgm
 from gpufleet.backends.kubernetes.nodes import node_info
 from gpufleet.backends.kubernetes.objects import (
     SCHEDULER_NAME,
@@ -74,6 +75,8 @@ class KubernetesOptions:
     namespace_of_team: Mapping[str, str] = field(default_factory=dict)  # team → namespace (default: the team)
     default_image: str = DEFAULT_IMAGE
     checkpoint_volume: Mapping[str, Any] | None = None  # a pod volume (e.g. a PVC) holding checkpoints
+    # DCGM exporter endpoints scraped for GPU utilization and memory per pod (Prometheus text)
+    dcgm_urls: tuple[str, ...] = ()
     now: Callable[[], float] = time.time
 
     def namespace(self, team: str) -> str:
@@ -429,7 +432,32 @@ class KubernetesBackend:
         return Recovered(RecoveredState.RUNNING, self._handle(r))
 
     def telemetry(self) -> list[GpuSample]:
-        return []  # DCGM exporter scraping (:mod:`.dcgm`) is wired by the server's settings
+        """GPU utilization and memory from the DCGM exporters (``dcgm_urls``), per GPU, with each
+        gpufleet job's memory (the exporter's ``pod``/``namespace`` labels mapped to the job of the
+        pod). An exporter that cannot be read or parsed is logged and skipped."""
+        if not self.options.dcgm_urls:
+            return []
+        import httpx
+
+        now = self.options.now()
+        job_of = {p.key: p.job_id for p in self._pods() if p.job_id}
+        out: list[GpuSample] = []
+        for url in self.options.dcgm_urls:
+            try:
+                resp = httpx.get(url, timeout=2.0)
+                resp.raise_for_status()
+                samples = parse_dcgm(resp.text, now, source=url)
+            except (httpx.HTTPError, GpufleetError) as e:
+                log.warning("DCGM exporter %s: %s", url, e)
+                continue
+            for g in samples:
+                jobs: dict[str, float] = {}
+                for pod, mib in g.job_memory_mib.items():
+                    job = job_of.get(pod)
+                    if job is not None:
+                        jobs[job] = jobs.get(job, 0.0) + mib
+                out.append(replace(g, job_memory_mib=jobs))
+        return out
 
     def close(self) -> None:
         self._runs.clear()
