@@ -51,7 +51,7 @@ class World:
             image="ghcr.io/acme/train:1.4",
         )
 
-    def until(self, pred: Callable[[list[BackendEvent]], bool], timeout: float = 10.0) -> list[BackendEvent]:
+    def until(self, pred: Callable[[list[BackendEvent]], bool], timeout: float = 30.0) -> list[BackendEvent]:
         seen: list[BackendEvent] = []
         end = time.monotonic() + timeout
         while time.monotonic() < end:
