@@ -36,28 +36,31 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock
 from gpufleet.cost.anomaly import Anomaly, AnomalyConfig, KeyFilter, scan_ledger
-from gpufleet.cost.budget_model import Budget, Scope
+from gpufleet.cost.budget_model import OWNED_SCOPE_KINDS, Budget, Scope, make_budget
+from gpufleet.cost.budget_status import budget_status, enforcing
 from gpufleet.cost.budgets import ThrottleRule
 from gpufleet.cost.job_estimate import estimate_job_cost, usd_per_gpu_hour
 from gpufleet.cost.periods import DAY_S, Period, iso, last_complete_day, zone
 from gpufleet.cost.rules import PricingRules
 from gpufleet.cost.spend import job_costs_usd, scope_spend_usd
-from gpufleet.errors import PermissionDeniedError
+from gpufleet.errors import InputError, PermissionDeniedError
 from gpufleet.loop.budgets import Evaluation, block_refusal, evaluate
-from gpufleet.notify.channels import deliver
+from gpufleet.notify.channels import deliver, validate_channels
 from gpufleet.notify.outbox import DispatchStats, Outbox, Sender
 from gpufleet.store import budgets_repo, repo, usage_repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import BudgetAlertRow, BudgetRow, JobRow
+from gpufleet.wire import BudgetAlertOut, BudgetIn, BudgetStatusOut
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +137,8 @@ def gpu_hour_price(s: Session, gpu_types: Sequence[str] = ()) -> float:
 
 
 def job_row_gpus(row: JobRow) -> float:
-    """GPU-equivalents a stored job holds (count x milli / 1000)."""
-    return row.gpus * row.gpu_milli / 1000.0
+    """GPU-equivalents a stored job holds (pods x count x milli / 1000)."""
+    return max(1, row.pods or 1) * row.gpus * row.gpu_milli / 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +211,85 @@ def budgets_covering(
         if scope.covers(team=team, project=project, namespace=namespace, experiment=experiment, labels=labels):
             out.append(row)
     return out
+
+
+# -- a budget as the API shows it (shared by /v1/budgets and the CostBudget reconciler) ------------------
+
+
+def budget_from_in(body: BudgetIn, id: str = "") -> Budget:
+    """A pure budget from an API body (errors name the body's fields: ``scope``, ``channels[0].url``)."""
+    validate_channels(body.channels)
+    scope = Scope.parse(body.scope)
+    if scope.kind in OWNED_SCOPE_KINDS and body.team is None:
+        raise InputError(
+            f"a budget on scope '{scope}' belongs to a team: name it (only its jobs count against the budget)",
+            field="team",
+        )
+    return make_budget(
+        id=id,
+        name=body.name,
+        scope=scope,
+        team=body.team,
+        limit_usd=body.limit_usd,
+        period=body.period,
+        timezone=body.timezone,
+        period_start=None if body.period_start is None else body.period_start.timestamp(),
+        period_end=None if body.period_end is None else body.period_end.timestamp(),
+        thresholds=None if body.thresholds is None else [t.model_dump() for t in body.thresholds],
+        action=body.action,
+        throttle=None if body.throttle is None else body.throttle.model_dump(),
+        grace_s=body.grace_s,
+        channels=body.channels,
+        enabled=body.enabled,
+        anomaly_alerts=body.anomaly_alerts,
+        anomaly_threshold_pct=body.anomaly_threshold_pct,
+        anomaly_floor_usd=body.anomaly_floor_usd,
+    )
+
+
+def budget_status_out(s: Session, row: BudgetRow, now: float, rules: PricingRules | None) -> BudgetStatusOut:
+    """A budget's status (``/v1/budgets/{ref}/status``). Read-only: alerts are fired by the
+    controller's evaluation, not by looking. Spend is priced with ``rules``, the server's pricing
+    rules (as ``/v1/usage`` prices it)."""
+    b = budgets_repo.budget_of(row)
+    period = b.period_at(now)
+    spend = scope_spend(s, b.scope, period.start, period.end, now, rules=rules)
+    committed = committed_spend(s, b.scope, period, now, rules=rules)
+    status = budget_status(b, period, spend, now, committed.total_usd)
+    in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now)
+    alerts = budgets_repo.alerts_of(s, b.id, period.start, period.end)
+    sent: dict[int, Counter[str]] = {}
+    for n in budgets_repo.notifications_of(s, (a.id for a in alerts)):
+        sent.setdefault(n.alert_id, Counter())[n.status] += 1
+    return BudgetStatusOut(
+        budget_id=b.id,
+        name=b.name,
+        scope=str(b.scope),
+        action=b.action,
+        period_start=datetime.fromtimestamp(period.start, UTC),
+        period_end=datetime.fromtimestamp(period.end, UTC),
+        limit_usd=b.limit_usd,
+        spend_usd=round(status.spend_usd, 2),
+        committed_usd=round(committed.total_usd, 2),
+        percent=round(status.percent, 2),
+        projected_usd=round(status.projected_usd, 2),
+        remaining_usd=round(status.remaining_usd, 2),
+        days_left=round(status.days_left, 3),
+        thresholds_crossed=[t.percent for t in status.crossed],
+        enforcing=in_force,
+        alerts=[
+            BudgetAlertOut(
+                threshold=a.threshold,
+                severity=a.severity,
+                kind=a.kind,
+                fired_at=datetime.fromtimestamp(a.fired_at, UTC),
+                spend_usd=round(a.spend_usd, 2),
+                limit_usd=a.limit_usd,
+                notifications=dict(sent.get(a.id, {})),
+            )
+            for a in alerts
+        ],
+    )
 
 
 # -- evaluation and enforcement -----------------------------------------------------------------------
@@ -336,7 +418,7 @@ def check_submission(
     if not rows or budgets_repo.key_used(s, submitted_by, idempotency_key):
         return
     budgets_repo.lock_budgets(s, [r.id for r in rows])
-    gpus = int(fields.get("gpus", 0)) * int(fields.get("gpu_milli", 1000)) / 1000.0
+    gpus = int(fields.get("pods") or 1) * int(fields.get("gpus", 0)) * int(fields.get("gpu_milli", 1000)) / 1000.0
     price = gpu_hour_price(s, tuple(fields.get("gpu_types") or ()))
     job_cost = estimate_job_cost(
         gpus,

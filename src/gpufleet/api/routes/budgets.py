@@ -8,7 +8,6 @@ never another team's."""
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Response
@@ -17,18 +16,23 @@ from sqlalchemy.orm import Session
 from gpufleet.api.auth import Principal, require_admin
 from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, SCOPED, Caller, Ctx
 from gpufleet.api.problems import input_at
-from gpufleet.control.budgets import budgets_covering, check_project, committed_spend, gpu_hour_price, scope_spend
+from gpufleet.control.budgets import (
+    budget_from_in,
+    budget_status_out,
+    budgets_covering,
+    check_project,
+    committed_spend,
+    gpu_hour_price,
+)
 from gpufleet.control.submit import prepare_submit
-from gpufleet.cost.budget_model import OWNED_SCOPE_KINDS, Budget, Scope, make_budget
-from gpufleet.cost.budget_status import budget_status, check_block, enforcing
+from gpufleet.cost.budget_model import Budget
+from gpufleet.cost.budget_status import check_block
 from gpufleet.cost.job_estimate import estimate_job_cost
-from gpufleet.cost.rules import PricingRules
-from gpufleet.errors import InputError, NotFoundError
-from gpufleet.notify.channels import masked, public_channel, validate_channels
+from gpufleet.errors import NotFoundError
+from gpufleet.notify.channels import masked, public_channel
 from gpufleet.store import budgets_repo
 from gpufleet.store.models import BudgetRow
 from gpufleet.wire import (
-    BudgetAlertOut,
     BudgetCheckLine,
     BudgetCheckOut,
     BudgetIn,
@@ -49,32 +53,7 @@ def _dt(t: float | None) -> datetime | None:
 def _budget(body: BudgetIn, id: str = "") -> Budget:
     """Validate a body into a pure budget (errors name ``body.<field>``)."""
     with input_at("body"):
-        validate_channels(body.channels)
-        scope = Scope.parse(body.scope)
-        if scope.kind in OWNED_SCOPE_KINDS and body.team is None:
-            raise InputError(
-                f"a budget on scope '{scope}' belongs to a team: name it (only its jobs count against the budget)",
-                field="team",
-            )
-        return make_budget(
-            id=id,
-            name=body.name,
-            scope=scope,
-            team=body.team,
-            limit_usd=body.limit_usd,
-            period=body.period,
-            timezone=body.timezone,
-            period_start=None if body.period_start is None else body.period_start.timestamp(),
-            period_end=None if body.period_end is None else body.period_end.timestamp(),
-            thresholds=None if body.thresholds is None else [t.model_dump() for t in body.thresholds],
-            action=body.action,
-            throttle=None if body.throttle is None else body.throttle.model_dump(),
-            grace_s=body.grace_s,
-            channels=body.channels,
-            anomaly_alerts=body.anomaly_alerts,
-            anomaly_threshold_pct=body.anomaly_threshold_pct,
-            anomaly_floor_usd=body.anomaly_floor_usd,
-        )
+        return budget_from_in(body, id)
 
 
 def budget_out(row: BudgetRow, who: Principal | None = None) -> BudgetOut:
@@ -152,7 +131,7 @@ def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
     with ctx.database.session(readonly=True) as s:
         check_project(s, f["project"], prepared.team)
         price = gpu_hour_price(s, tuple(f["gpu_types"]))
-        gpus = f["gpus"] * f["gpu_milli"] / 1000.0
+        gpus = f["pods"] * f["gpus"] * f["gpu_milli"] / 1000.0
         est = estimate_job_cost(
             gpus, price, estimated_runtime_s=f["estimated_runtime_s"], max_runtime_s=f["max_runtime_s"]
         )
@@ -222,53 +201,9 @@ def delete_budget(ref: str, ctx: Ctx, who: Caller) -> Response:
     return Response(status_code=204)
 
 
-def _status(s: Session, row: BudgetRow, now: float, rules: PricingRules | None) -> BudgetStatusOut:
-    """Read-only: alerts are fired by the controller's evaluation, not by looking. Spend is priced
-    with ``rules``, the server's pricing rules (as ``/v1/usage`` prices it)."""
-    b = budgets_repo.budget_of(row)
-    period = b.period_at(now)
-    spend = scope_spend(s, b.scope, period.start, period.end, now, rules=rules)
-    committed = committed_spend(s, b.scope, period, now, rules=rules)
-    status = budget_status(b, period, spend, now, committed.total_usd)
-    in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now)
-    alerts = budgets_repo.alerts_of(s, b.id, period.start, period.end)
-    sent: dict[int, Counter[str]] = {}
-    for n in budgets_repo.notifications_of(s, (a.id for a in alerts)):
-        sent.setdefault(n.alert_id, Counter())[n.status] += 1
-    return BudgetStatusOut(
-        budget_id=b.id,
-        name=b.name,
-        scope=str(b.scope),
-        action=b.action,
-        period_start=datetime.fromtimestamp(period.start, UTC),
-        period_end=datetime.fromtimestamp(period.end, UTC),
-        limit_usd=b.limit_usd,
-        spend_usd=round(status.spend_usd, 2),
-        committed_usd=round(committed.total_usd, 2),
-        percent=round(status.percent, 2),
-        projected_usd=round(status.projected_usd, 2),
-        remaining_usd=round(status.remaining_usd, 2),
-        days_left=round(status.days_left, 3),
-        thresholds_crossed=[t.percent for t in status.crossed],
-        enforcing=in_force,
-        alerts=[
-            BudgetAlertOut(
-                threshold=a.threshold,
-                severity=a.severity,
-                kind=a.kind,
-                fired_at=datetime.fromtimestamp(a.fired_at, UTC),
-                spend_usd=round(a.spend_usd, 2),
-                limit_usd=a.limit_usd,
-                notifications=dict(sent.get(a.id, {})),
-            )
-            for a in alerts
-        ],
-    )
-
-
 @router.get("/{ref}/status", response_model=BudgetStatusOut, responses=READ_ONE, summary="A budget's status")
 def budget_status_route(ref: str, ctx: Ctx, who: Caller) -> BudgetStatusOut:
     """Spend in the current period, percent used, projected period-end spend, days left, the
     committed spend that ``block`` checks against, and the alerts fired in the period."""
     with ctx.database.session(readonly=True) as s:
-        return _status(s, _visible_budget(s, who, ref), ctx.clock.now(), ctx.pricing_rules)
+        return budget_status_out(s, _visible_budget(s, who, ref), ctx.clock.now(), ctx.pricing_rules)
