@@ -238,3 +238,21 @@ def test_dcgm_exporter_samples_are_attributed_to_the_jobs_of_the_pods(make_world
     finally:
         srv.shutdown()
         w.backend.stop("hot", 1, "done", grace_s=1)
+
+
+def test_gpus_held_by_other_schedulers_pods_are_reported(make_world: Callable[..., World]) -> None:
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    other = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "someone-elses", "namespace": NS},
+        "spec": {"nodeName": "gpu-a", "containers": [
+            {"name": "main", "image": "acme/x:1", "resources": {"limits": {"nvidia.com/gpu": "6"}}}
+        ]},
+    }
+    w.core.create_namespaced_pod(NS, other)
+    w.backend.launch(w.request("mine", "gpu-b"))
+    w.running("mine")
+    assert w.backend.foreign_usage() == {"gpu-a": 6}  # gpufleet's own pods are not "foreign"
+    w.backend.stop("mine", 1, "done", grace_s=1)

@@ -33,3 +33,39 @@ def test_capabilities_decide_what_the_loop_does(supported: set[Capability], prov
     assert bool(loop.cluster.pool_states()) is provisions
     assert loop.scheduler.config.preemption is preempts
     assert loop.autoscale_due(0.0) is False  # nothing waits, nothing above its minimum
+
+
+class _SharedCluster(SimBackend):
+    """A simulated cluster whose nodes also run others' pods (another scheduler's)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.others: dict[str, int] = {}
+
+    def foreign_usage(self) -> dict[str, int]:
+        return dict(self.others)
+
+
+def test_gpus_others_use_are_never_given_to_gpufleet_jobs() -> None:
+    from gpufleet.model.job import GpuRequest, Job, JobSpec
+
+    clock = SimClock()
+    backend = _SharedCluster(clock, [Node("n1", "A100-80GB", 8, 64000, 512000)])
+    loop = WorldLoop(MemoryState(), backend, load_profile({}).build(), lambda n: 10.0)
+    for node in backend.inventory():
+        loop.add_node(node, 0.0)
+    backend.others["n1"] = 6  # another scheduler's pods hold 6 of the 8 GPUs
+    state = loop.state
+    assert isinstance(state, MemoryState)
+    job = Job("j1", JobSpec(name="four", gpu=GpuRequest(4), duration_s=60.0, estimated_runtime_s=60.0), 0.0)
+    state.submit(job)
+    loop.step(0.0)
+    assert "j1" in loop.pending and "j1" not in loop.active  # 2 free GPUs: it waits
+    snap = loop.cluster.snapshot
+    assert int((snap.gpu_free[0, :8] == 0).sum()) == 6
+    backend.others["n1"] = 0  # their pods ended
+    clock.advance_to(10.0)
+    loop.step(10.0)
+    assert "j1" in loop.active  # placed on GPUs others no longer use
+    placed = {g for p in job.placement for g in p.gpus}
+    assert len(placed) == 4

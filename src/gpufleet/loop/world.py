@@ -41,6 +41,7 @@ from gpufleet.loop.budgets import BudgetTick
 from gpufleet.loop.cluster import ClusterView
 from gpufleet.loop.metering import Share, run_shares
 from gpufleet.loop.state import RunEnd, StateStore
+from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job, JobState
 from gpufleet.model.node import Node
 from gpufleet.scheduling.admission import CapacityLimit, Need, infeasibility
@@ -52,6 +53,8 @@ from gpufleet.scheduling.quota import QuotaPolicy
 from gpufleet.scheduling.snapshot import Assignment
 
 log = logging.getLogger(__name__)
+
+FOREIGN_INTERVAL_S = 5.0  # how often others' GPU usage is read from a backend that reports it
 
 NodePricer = Callable[[Node], float]  # node → $ per node-hour
 
@@ -141,6 +144,8 @@ class WorldLoop:
         self.decisions: Decisions | None = None  # the last cycle's
         self.dirty = True
         self.last_cycle = -math.inf
+        self._foreign: dict[str, Assignment] = {}  # node → the GPUs others' pods hold there
+        self._foreign_checked = -math.inf
         self.last_autoscale = -math.inf
         # the world's hook when a run ends, before it leaves the running set (the server reads the
         # run's last progress reports there)
@@ -179,6 +184,7 @@ class WorldLoop:
             if ar is not None:
                 ev = BackendEvent(EventKind.LOST, now, job_id=job_id, run=ar.run, reason=reason, ended_at=now)
                 self._isolated(job_id, "its node's removal", functools.partial(self._end_run, ev, now, spot=spot))
+        self._foreign.pop(name, None)
         self.cluster.remove(name, now)
         self.state.node_removed(name, now)
         self.dirty = True
@@ -187,6 +193,7 @@ class WorldLoop:
     def step(self, now: float) -> None:
         for ev in self.backend.poll():
             self.handle(ev, now)
+        self.sync_foreign(now)
         self.sync(now)
         if self.budgets is not None and self.budgets.due(now):
             self.budget_tick(now)
@@ -213,6 +220,43 @@ class WorldLoop:
             self.remove_node(ev.node, now, ev.reason or f"node {ev.node} was removed")
         else:
             self._isolated(ev.job_id, "its end", lambda: self._end_run(ev, now))
+
+    def sync_foreign(self, now: float) -> None:
+        """Hold in the snapshot the GPUs that others' pods use (a backend with ``foreign_usage()``:
+        node → whole GPUs held by pods gpufleet did not place, e.g. another scheduler's on a shared
+        Kubernetes cluster), so gpufleet never places work on them; checked every
+        ``FOREIGN_INTERVAL_S``. A node with fewer free GPUs than others hold keeps what is free."""
+        usage_of = getattr(self.backend, "foreign_usage", None)
+        if not callable(usage_of) or now - self._foreign_checked < FOREIGN_INTERVAL_S:
+            return
+        self._foreign_checked = now
+        try:
+            wanted: Mapping[str, int] = usage_of()
+        except GpufleetError as e:
+            log.warning("foreign GPU usage: %s", e)
+            return
+        snap = self.cluster.snapshot
+        for name in sorted(set(self._foreign) | set(wanted)):
+            have = self._foreign.get(name)
+            k = int(wanted.get(name, 0))
+            if have is not None and len(have.gpus) == k:
+                continue
+            if have is not None:
+                snap.release(have)
+                del self._foreign[name]
+            i = snap.index.get(name)
+            if k <= 0 or i is None or name not in self.cluster.live:
+                self.dirty = True
+                continue
+            free = [g for g in range(int(snap.gpu_count[i])) if int(snap.gpu_free[i, g]) == MILLI]
+            take = tuple(free[-k:]) if k <= len(free) else tuple(free)
+            if len(take) < k:
+                log.warning("node %s: others' pods use %d GPUs, %d are free in gpufleet's view", name, k, len(take))
+            if take:
+                a = Assignment(i, take, MILLI, 0, 0)
+                snap.allocate(a)
+                self._foreign[name] = a
+            self.dirty = True
 
     def _on_notice(self, name: str, t: float) -> None:
         ns = self.cluster.nodes.get(name)

@@ -372,6 +372,28 @@ class KubernetesBackend:
         self._nodes = seen
         return out
 
+    def foreign_usage(self) -> dict[str, int]:
+        """Whole GPUs that pods gpufleet did not place hold on each node (another scheduler's, a
+        DaemonSet's): the loop keeps them out of its snapshot. A time-sliced resource counts
+        ``ceil(replicas asked / replicas per GPU)`` GPUs; a MIG slice counts its GPU."""
+        resp = self._json(self.core.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded")
+        out: dict[str, int] = {}
+        for obj in resp.get("items", []):
+            meta = obj.get("metadata") or {}
+            if (meta.get("labels") or {}).get(LABEL_JOB_ID) or not (obj.get("spec") or {}).get("nodeName"):
+                continue
+            try:
+                pod = pod_facts(obj)
+            except GpufleetError:
+                continue
+            if pod.terminal or not pod.gpu_count or pod.node is None:
+                continue
+            node = self._nodes.get(pod.node)
+            replicas = int((node.labels if node else {}).get("gpufleet.io/gpu-replicas", "1") or 1)
+            whole = 1 if pod.mig_profile else -(-pod.gpu_count // max(1, replicas))
+            out[pod.node] = out.get(pod.node, 0) + whole
+        return out
+
     def report_waiting(self, waiting: Mapping[str, str]) -> int:
         """Say on each unbound pod of a queued job why it waits (job id → the scheduler's reason):
         condition ``PodScheduled=False``, reason ``Unschedulable``, gpufleet's reason as the message —
