@@ -23,7 +23,6 @@ writes send plain dicts. Everything goes through the official ``kubernetes`` cli
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -41,6 +40,7 @@ from gpufleet.backends.base import (
     RecoveredState,
     RunHandle,
 )
+from gpufleet.backends.kubernetes.api import call_json
 from gpufleet.backends.kubernetes.dcgm import parse_dcgm
 from gpufleet.backends.kubernetes.nodes import node_info
 from gpufleet.backends.kubernetes.objects import (
@@ -136,16 +136,7 @@ class KubernetesBackend:
 
     # -- reading -----------------------------------------------------------------------------------
     def _json(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            resp = call(*args, _preload_content=False, **kwargs)
-        except ApiException as e:
-            raise BackendError(f"Kubernetes API: {e.status} {e.reason}: {(e.body or '')[:300]}") from None
-        except Exception as e:  # connection refused, TLS, timeouts
-            raise BackendError(f"Kubernetes API unreachable: {e}") from None
-        data = json.loads(resp.data)
-        return data if isinstance(data, dict) else {}
+        return call_json(getattr(call, "__name__", "calling the API"), call, *args, **kwargs)
 
     def _node_objects(self) -> list[dict[str, Any]]:
         return list(self._json(self.core.list_node).get("items", []))

@@ -47,7 +47,6 @@ limits and usage before creating claims, so pools that share a NodePool never ov
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -57,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.backends.base import BackendEvent, EventKind
+from gpufleet.backends.kubernetes.api import call_json
 from gpufleet.backends.kubernetes.nodes import (
     GF_INSTANCE_TYPE,
     GF_REGION,
@@ -237,19 +237,7 @@ class KarpenterProvisioner:
 
     # -- API ---------------------------------------------------------------------------------------
     def _call(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            resp = call(*args, _preload_content=False, **kwargs)
-        except ApiException as e:
-            raise BackendError(f"{what}: Kubernetes API {e.status} {e.reason}: {(e.body or '')[:300]}") from None
-        except Exception as e:  # connection refused, TLS, timeouts
-            raise BackendError(f"{what}: Kubernetes API unreachable: {e}") from None
-        try:
-            data = json.loads(resp.data)
-        except (ValueError, TypeError) as e:
-            raise BackendError(f"{what}: the API's answer is not JSON: {e}") from None
-        return data if isinstance(data, dict) else {}
+        return call_json(what, call, *args, **kwargs)
 
     def _list(self, plural: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         kwargs = {"label_selector": label_selector} if label_selector else {}
