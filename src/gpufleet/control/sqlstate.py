@@ -191,7 +191,8 @@ class SqlState:
                 started_at=end.started_at,
                 ended_at=end.ended_at,
             )
-            started = run_row.started_at if run_row.started_at is not None else end.started_at
+            started = end.started_at if end.started_at is not None else run_row.started_at
+            run_row.started_at = started  # as the backend measured it when the run ended
             if started is not None:
                 self._meter(s, row, end.run, end.shares, started, end.ended_at)
             state = end.state

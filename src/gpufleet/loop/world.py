@@ -493,7 +493,9 @@ class WorldLoop:
         if self.run_ending is not None:
             self.run_ending(job.id, ar.run)
         ended = ev.ended_at if ev.ended_at is not None else now
-        started = ar.started_at if ar.started_at is not None else ev.started_at
+        # the backend's own measure of the start wins: a Kubernetes launch returns before its pods are
+        # bound and their containers start (the handle's time is the launch's)
+        started = ev.started_at if ev.started_at is not None else ar.started_at
         stopping = ar.stopping or ""
         kind = ev.kind
         target, reason = JobState.PENDING, ""

@@ -65,7 +65,7 @@ from gpufleet.scheduling.framework import (
 from gpufleet.scheduling.placement.base import commit, place_one, uncommit
 from gpufleet.scheduling.preemption import PreemptionGraph, RunningJob, VictimFilter, plan_preemption
 from gpufleet.scheduling.quota import QuotaPolicy
-from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot, PodRequest
+from gpufleet.scheduling.snapshot import SHARING_CODE, Assignment, ClusterSnapshot, PodRequest
 from gpufleet.scheduling.usage import UsageTracker
 
 BACKFILL_MODES = ("easy", "greedy", "strict")
@@ -578,6 +578,30 @@ class Scheduler:
         self.graph.forget(job_id)
 
     def _place_gang(self, snap: ClusterSnapshot, pod: PodRequest, gang: int) -> tuple[Assignment, ...] | None:
+        """The pods of a job, all or nothing. A gang's pods are identical and a backend renders them
+        from one template (a Kubernetes Job asks every pod for the same devices; a time-sliced node
+        needs count x replicas of them), so a gang of GPU pods runs on one kind of node: one GPU type
+        and sharing mode. Kinds are tried from the one of the best node for a pod."""
+        if gang == 1 or pod.gpu_count == 0:
+            return self._place_pods(snap, pod, gang)
+        n = snap.n
+        saved = snap.schedulable[:n].copy()
+        kind = snap.gpu_type[:n] * len(SHARING_CODE) + snap.sharing[:n]
+        left = saved.copy()  # nodes of the kinds not tried yet
+        try:
+            while (first := place_one(snap, self.placement, pod)) is not None:
+                same = kind == kind[first.node]
+                snap.schedulable[:n] = saved & same
+                got = self._place_pods(snap, pod, gang)
+                if got is not None:
+                    return got
+                left &= ~same  # that kind cannot hold the gang: try the next
+                snap.schedulable[:n] = left
+            return None
+        finally:
+            snap.schedulable[:n] = saved
+
+    def _place_pods(self, snap: ClusterSnapshot, pod: PodRequest, gang: int) -> tuple[Assignment, ...] | None:
         taken: list[Assignment] = []
         for _ in range(gang):
             a = place_one(snap, self.placement, pod)

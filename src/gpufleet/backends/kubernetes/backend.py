@@ -54,6 +54,7 @@ from gpufleet.backends.kubernetes.objects import (
 from gpufleet.backends.kubernetes.pods import ANNOTATION_JOB_ID, ANNOTATION_RUN, PodFacts, pod_facts
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.errors import BackendError, GpufleetError
+from gpufleet.model.gpu import gpu_model
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import Node, NodePool
 
@@ -93,6 +94,18 @@ class _Run:
     started_at: float
     stopping: str | None = None  # why a stop was asked
     bound: bool = False
+    ran_from: float | None = None  # the earliest container start seen (pods can vanish as they end)
+
+
+def _mig_profile(node: Node | None, mask: int, milli: int, job_id: str) -> str:
+    """The MIG profile a placement's slice mask denotes on the node's GPU model (``milli`` tells
+    apart profiles of equal memory), as the local backend reads it."""
+    model = gpu_model(node.gpu_model) if node is not None and node.gpu_model else None
+    candidates = [p for p in model.mig_profiles if mask in p.masks()] if model is not None else []
+    if not candidates:
+        where = f"a {node.gpu_model}" if node is not None else "an unknown node"
+        raise BackendError(f"job {job_id}: MIG slice mask {mask:#04x} is not a valid placement on {where}")
+    return next((p for p in candidates if p.milli == milli), candidates[0]).name
 
 
 class KubernetesBackend:
@@ -175,8 +188,10 @@ class KubernetesBackend:
 
         ns = self.options.namespace(req.team)
         first = req.placement[0]
-        gpu = GpuRequest(len(first.gpus), first.milli) if first.gpus else GpuRequest()
         node = self._nodes.get(first.node)
+        gpu = GpuRequest(len(first.gpus), first.milli) if first.gpus else GpuRequest()
+        if first.gpus and first.mig_mask:  # a MIG slice: its profile, from the slice's mask on the node's model
+            gpu = GpuRequest(1, first.milli, _mig_profile(node, first.mig_mask, first.milli, req.job_id))
         replicas = int((node.labels if node else {}).get("gpufleet.io/gpu-replicas", "1") or 1)
         resource = (node.labels if node else {}).get("gpufleet.io/gpu-resource")
         image = req.image or self.options.default_image
@@ -214,24 +229,32 @@ class KubernetesBackend:
 
     def _launch_adopted(self, req: LaunchRequest) -> RunHandle:
         """A job adopted from pods someone else created (:mod:`gpufleet.control.k8s_adopt`): no Job
-        is created; its waiting pods are marked as this run and bound by :meth:`poll`."""
-        pods = [
-            p for p in self._pods()
-            if p.job_id == req.job_id and not p.terminal and p.deletion_timestamp is None and p.node is None
-        ]
-        if len(pods) < len(req.placement):
-            raise BackendError(
-                f"job {req.job_id} ({req.labels[LABEL_ADOPTED]}) has {len(pods)} waiting pods for a gang of "
-                f"{len(req.placement)}"
-            )
-        for pod in pods:
-            self.core.patch_namespaced_pod(
-                pod.name, pod.namespace, {"metadata": {"annotations": {ANNOTATION_RUN: str(req.run)}}},
-                _preload_content=False,
-            )
+        is created; its waiting pods are marked as this run and bound by :meth:`poll` once the gang
+        is complete (after a stop, its own controller may still be making the pods again)."""
+        pods = [p for p in self._pods() if p.job_id == req.job_id]
+        if not any(not p.terminal and p.deletion_timestamp is None for p in pods):
+            raise BackendError(f"job {req.job_id} ({req.labels[LABEL_ADOPTED]}) has no pod left to run")
         run = _Run(req.job_id, req.run, pods[0].namespace, "", tuple(p.node for p in req.placement), self.options.now())
         self._runs[(req.job_id, req.run)] = run
+        self._claim(run, pods)
         return self._handle(run)
+
+    def _claim(self, r: _Run, pods: list[PodFacts]) -> None:
+        """Mark an adopted job's waiting pods as run ``r`` (then :meth:`_run_pods` finds them)."""
+        from kubernetes.client.exceptions import ApiException
+
+        for pod in pods:
+            if (pod.job_id != r.job_id or pod.run == r.run or pod.node is not None or pod.terminal
+                    or pod.deletion_timestamp is not None):
+                continue
+            try:
+                self.core.patch_namespaced_pod(
+                    pod.name, pod.namespace, {"metadata": {"annotations": {ANNOTATION_RUN: str(r.run)}}},
+                    _preload_content=False,
+                )
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("marking pod %s as run %d: %s %s", pod.key, r.run, e.status, e.reason)
 
     def _handle(self, run: _Run) -> RunHandle:
         return RunHandle(run.job_id, run.run, 0, run.started_at, f"k8s://{run.namespace}/job/{run.job}")
@@ -272,21 +295,67 @@ class KubernetesBackend:
         )
 
     def poll(self) -> list[BackendEvent]:
-        events = self._node_events()
+        node_events = self._node_events()
         if self.provisioner is not None:  # claims that will not join under their own name
-            events += self.provisioner.events(set(self._nodes), self.options.now())
+            node_events += self.provisioner.events(set(self._nodes), self.options.now())
         if not self._runs:
-            return events
+            return node_events
+        # a run placed on a node that is gone is lost (the loop requeues it) unless it ended first
+        gone = {e.node for e in node_events if e.kind is EventKind.NODE_REMOVED}
         pods = self._pods()
+        events: list[BackendEvent] = []
         for key, r in list(self._runs.items()):
             mine = self._run_pods(r, pods)
-            if not r.bound and r.stopping is None:
+            lost = not gone.isdisjoint(r.nodes)
+            if r.stopping is not None:
+                mine = self._without_strays(mine)
+            elif not r.bound and not lost:
+                if not r.job:  # adopted: pods its controller made since the launch join the run
+                    self._claim(r, [p for p in pods if p.job_id == r.job_id and p.run != r.run])
                 self._bind(r, mine)
+                if r.bound:
+                    continue  # the pods as listed predate their binding
             ev = self._ended(r, mine)
+            if ev is None and not lost:
+                continue
+            del self._runs[key]
             if ev is not None:
                 events.append(ev)
-                del self._runs[key]
-        return events
+            if ev is None or (ev.kind in (EventKind.STOPPED, EventKind.LOST) and r.stopping is None):
+                # disrupted by someone else (a drain, a node gone): its Job goes, so the Job controller
+                # does not make its pods again (nor for those the pod garbage collector deletes)
+                self._delete_job(r)
+        # ends first: a run that ended on a node before the node went is ended, not lost
+        return events + node_events
+
+    def _without_strays(self, pods: list[PodFacts]) -> list[PodFacts]:
+        """A stopping run's pods, less the ones never bound: a pod the Job controller made for an
+        evicted one before the Job was deleted never ran; it is deleted, not waited for."""
+        from kubernetes.client.exceptions import ApiException
+
+        kept = []
+        for p in pods:
+            if p.node is not None or p.terminal:
+                kept.append(p)
+                continue
+            try:
+                self.core.delete_namespaced_pod(p.name, p.namespace, grace_period_seconds=0)
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("deleting stray pod %s: %s %s", p.key, e.status, e.reason)
+        return kept
+
+    def _delete_job(self, r: _Run) -> None:
+        """Delete a run's Job with its pods (none is replaced; running ones get their grace)."""
+        if not r.job:
+            return  # adopted pods: their own controller decides
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.batch.delete_namespaced_job(r.job, r.namespace, propagation_policy="Background")
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("deleting Job %s/%s: %s %s", r.namespace, r.job, e.status, e.reason)
 
     def _bind(self, r: _Run, pods: list[PodFacts]) -> None:
         waiting = [p for p in pods if not p.terminal and p.deletion_timestamp is None]
@@ -311,13 +380,23 @@ class KubernetesBackend:
     def _ended(self, r: _Run, pods: list[PodFacts]) -> BackendEvent | None:
         now = self.options.now()
         starts = [p.started_at for p in pods if p.started_at is not None]
-        started = min(starts) if starts else None
+        if starts:
+            r.ran_from = min(starts) if r.ran_from is None else min(r.ran_from, *starts)
+        started = r.ran_from
         if r.stopping is not None:
             if any(not p.terminal for p in pods):
                 return None
             ends = [p.finished_at for p in pods if p.finished_at is not None]
-            return BackendEvent(EventKind.STOPPED, now, r.job_id, r.run, reason=r.stopping, started_at=started,
-                                ended_at=max(ends) if ends else now)
+            # every pod exited 0 before the stop reached it: the run succeeded (its work is done)
+            done = pods and len(pods) >= len(r.nodes) and all(p.phase == "Succeeded" for p in pods)
+            return BackendEvent(EventKind.SUCCEEDED if done else EventKind.STOPPED, now, r.job_id, r.run,
+                                exit_code=0 if done else None, reason="" if done else r.stopping,
+                                started_at=started, ended_at=max(ends) if ends else now)
+        gone = len(r.nodes) - sum(1 for p in pods if p.node is not None)
+        if r.bound and gone > 0 and not any(p.phase == "Failed" for p in pods):
+            # deleted by someone else (a drain, the pod garbage collector) before their end was seen
+            return BackendEvent(EventKind.LOST, now, r.job_id, r.run, reason=f"{gone} of its pods were deleted",
+                                started_at=started, ended_at=now)
         if not pods:
             return None
         failed = [p for p in pods if p.phase == "Failed"]
