@@ -9,15 +9,14 @@ import pytest
 from gpufleet.errors import InputError
 from gpufleet.io.traces import load_philly
 from gpufleet.sim.engine import SimOptions
+from gpufleet.sim.history import HistoryJob, trace_from_history
 from gpufleet.sim.traces.philly import PhillyOptions
 from gpufleet.sim.traces.synthetic import SyntheticOptions, generate_synthetic
 from gpufleet.sim.whatif import (
-    HistoryJob,
     base_shapes,
     parse_change,
     peak_whole_gpus,
     run_whatif,
-    trace_from_history,
 )
 
 PHILLY = Path(__file__).resolve().parents[2] / "shared" / "data" / "philly" / "philly.csv"

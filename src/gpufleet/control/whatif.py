@@ -8,8 +8,8 @@ from sqlalchemy.orm import Session
 
 from gpufleet.errors import InputError
 from gpufleet.model.node import CapacityType, Node, SharingMode
+from gpufleet.sim.history import HistoryJob, trace_from_history
 from gpufleet.sim.traces.base import Trace
-from gpufleet.sim.whatif import HistoryJob, trace_from_history
 from gpufleet.store import Database, repo
 from gpufleet.store.models import NodeIntervalRow, NodeRow
 

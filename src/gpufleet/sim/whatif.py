@@ -38,11 +38,9 @@ discount for the model (:func:`spot_ratio`). Each run ends when its last job end
 billed over the same horizon, the later end (:func:`tail_usd`): a fixed cluster stays on while the
 other run still works, and an autoscaled node up at the end costs until its idle TTL.
 
-:func:`trace_from_history` turns recorded jobs (:class:`HistoryJob`, loaded from the store by
-:func:`gpufleet.control.whatif.history_from_store`) into a trace, so "what if" can replay the
-cluster's own history. This module does no I/O: it receives the trace, nodes and price catalog
-(without a catalog it takes the bundled one through :meth:`PriceCatalog.load`, the compatibility
-shim over :mod:`gpufleet.io.catalog`).
+A cluster's own history is replayed as a trace (:mod:`gpufleet.sim.history`). This module does no
+I/O: it receives the trace, nodes and price catalog (without a catalog it takes the bundled one
+through :meth:`PriceCatalog.load`, the compatibility shim over :mod:`gpufleet.io.catalog`).
 """
 
 from __future__ import annotations
@@ -50,7 +48,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -627,57 +625,3 @@ def simulate_baseline(
         _trace_for(trace, None), _profile_for(profile or Profile(), None), b_nodes, b_pools, options or SimOptions(),
         cat, "baseline",
     )
-
-
-# -- history as a trace ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryJob:
-    """A recorded job: when it was submitted, how long it really ran (seconds of run time over its
-    runs), its shape and its scheduling attributes."""
-
-    job_id: str
-    submitted_at: float
-    run_time_s: float
-    team: str = "default"
-    project: str = ""
-    priority_class: str = "normal"
-    gpus: int = 0
-    gpu_milli: int = MILLI
-    mig_profile: str | None = None
-    gpu_types: tuple[str, ...] = ()
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    pods: int = 1
-    preemptible: bool = False
-    checkpoint_interval_s: float | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-
-
-def trace_from_history(jobs: Sequence[HistoryJob], name: str = "history") -> Trace:
-    """Recorded jobs as a trace: submit times from the first one, duration = recorded run time."""
-    if not jobs:
-        return Trace(name, [], source=name)
-    t0 = min(j.submitted_at for j in jobs)
-    out = []
-    for j in jobs:
-        gpu = GpuRequest(count=j.gpus, milli=j.gpu_milli if j.gpus else MILLI, mig_profile=j.mig_profile)
-        spec = JobSpec(
-            name=j.job_id,
-            team=j.team,
-            project=j.project,
-            labels={**j.labels, "history/job_id": j.job_id},
-            priority_class=j.priority_class,
-            gpu=gpu,
-            gpu_types=frozenset(g for g in (canonical_gpu_name(x) for x in j.gpu_types) if g),
-            cpu_milli=j.cpu_milli,
-            memory_mib=j.memory_mib,
-            preemptible=j.preemptible,
-            checkpoint_interval_s=j.checkpoint_interval_s,
-            gang_size=max(1, j.pods),
-            duration_s=max(1.0, j.run_time_s),
-            estimated_runtime_s=max(1.0, j.run_time_s),
-        )
-        out.append(TraceJob(j.submitted_at - t0, spec))
-    return Trace(name, out, source=name)
