@@ -29,6 +29,7 @@ from tests.k8s.kubelet import (
     CHECKPOINT_ANNOTATION,
     DURATION_ANNOTATION,
     EXIT_CODE_ANNOTATION,
+    LOG_EVERY_ANNOTATION,
     SIGTERM_AT_ANNOTATION,
     Kubelet,
     KubeletConfig,
@@ -687,6 +688,55 @@ def test_eviction_deletes_gracefully_and_the_kubelet_terminates(
     assert abs((parse_time(annotated) - signal.at).total_seconds()) < 0.001
     k8s_cluster.wait_for(lambda: gone(core, "p1"), timeout=3, what="p1 removed")
     assert time.monotonic() and [s.signal for s in k8s_kubelet.signals] == ["SIGTERM"]
+
+
+# --- pods/log ------------------------------------------------------------------------------------
+
+
+def test_pod_log_before_start_is_a_400_like_the_real_server(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod(NS, pod_body("p1"))  # never bound: its container waits
+    status, body = raw(core.read_namespaced_pod_log, "p1", NS)
+    assert (status, body["reason"]) == (400, "BadRequest")
+    assert body["message"] == 'container "main" in pod "p1" is waiting to start: ContainerCreating'
+    assert raw(core.read_namespaced_pod_log, "nope", NS)[0] == 404
+
+
+def test_pod_log_has_what_the_container_printed(k8s_cluster: Cluster, core: client.CoreV1Api, node: str) -> None:
+    running_pod(
+        k8s_cluster, core, node, "p1", annotations={DURATION_ANNOTATION: "0.5", LOG_EVERY_ANNOTATION: "0.1"}
+    )
+    k8s_cluster.wait_for(lambda: phase(core, "p1") == "Succeeded", what="p1 Succeeded")
+    text = core.read_namespaced_pod_log("p1", NS)
+    lines = text.splitlines()
+    assert lines[0] == f"started on {node}" and lines[-1] == "exit code 0"
+    assert lines[1:-1] == [f"step {i}" for i in range(1, len(lines) - 1)] and len(lines) >= 5
+    assert core.read_namespaced_pod_log("p1", NS, tail_lines=1) == "exit code 0\n"
+    assert core.read_namespaced_pod_log("p1", NS, limit_bytes=7) == "started"
+    stamped = core.read_namespaced_pod_log("p1", NS, timestamps=True).splitlines()[0]
+    assert parse_time(stamped.split(" ")[0]).tzinfo is not None and stamped.endswith(f"started on {node}")
+    status, body = raw(core.read_namespaced_pod_log, "p1", NS, container="sidecar")
+    assert (status, body["message"]) == (400, "container sidecar is not valid for pod p1")
+
+
+def test_pod_log_follow_streams_until_the_container_ends(
+    k8s_cluster: Cluster, core: client.CoreV1Api, node: str
+) -> None:
+    running_pod(
+        k8s_cluster, core, node, "p1", grace=5, annotations={LOG_EVERY_ANNOTATION: "0.05", CHECKPOINT_ANNOTATION: "0.1"}
+    )
+    response = core.read_namespaced_pod_log("p1", NS, follow=True, _preload_content=False)
+    received: list[bytes] = []
+    t0 = time.monotonic()
+    for chunk in response.stream(64):
+        received.append(chunk)
+        if b"step 3" in b"".join(received) and t0:
+            core.delete_namespaced_pod("p1", NS)  # graceful: SIGTERM, checkpoint, exit
+            t0 = 0.0
+    text = b"".join(received).decode()
+    assert text.startswith(f"started on {node}\n")
+    assert text.endswith("received SIGTERM: checkpointing\nexit code 143\n")
+    k8s_cluster.wait_for(lambda: gone(core, "p1"), timeout=3, what="p1 removed")
+    assert raw(core.read_namespaced_pod_log, "p1", NS)[0] == 404  # the logs went with the pod
 
 
 def test_eviction_respects_pod_disruption_budgets(

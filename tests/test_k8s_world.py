@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import kubernetes.client
 import pytest
 import yaml
@@ -176,3 +177,59 @@ def test_jobs_run_as_bound_pods_are_metered_and_survive_a_leader_kill(
         a.stop()
         if b is not None:
             b.stop()
+
+
+def test_logs_follow_streams_the_pods_log_across_a_preemption(
+    tmp_path: Path, k8s_cluster_factory: Callable[..., Cluster]
+) -> None:
+    """``gpufleet logs -f`` on Kubernetes streams the job's pod log as the container writes it; a
+    preempted run's pod and the next run's pod follow each other under their headers; an offset past
+    the end is a 416."""
+    c = k8s_cluster_factory(kubelet=KubeletConfig(default_duration_s=2.0, checkpoint_s=0.2, log_every_s=0.25))
+    client = c.api_client()
+    core: Any = kubernetes.client.CoreV1Api(client)
+    for ns in ("alpha", "gpufleet-system"):
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    c.add_gpu_node("gpu-a", gpu_count=1, instance_type="p4de.24xlarge")
+    jobs = JobController(client).start()
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", c.url)
+    server = _server(tmp_path, "replica-a", kubeconfig, f"sqlite:///{tmp_path / 'store.db'}").start()
+    try:
+        with server.client() as sdk:
+            sdk.set_team("alpha")
+            low = sdk.submit(command=["python", "train.py"], gpus=1, team="alpha", name="low", priority="low",
+                             preemptible=True, checkpoint_dir="/ckpt")
+            deadline = time.monotonic() + 30
+            lines: list[str] = []
+            follow = sdk.logs(low.id, follow=True)
+            for line in follow:
+                lines.append(line)
+                if line == "step 2\n":
+                    break
+                assert time.monotonic() < deadline, lines
+            assert lines[0] == "==> run 1: pod alpha/" + lines[0].split("/")[1] and lines[1] == "started on gpu-a\n"
+            # an urgent job takes the only GPU: the low one is evicted (SIGTERM, checkpoint) and waits
+            high = sdk.submit(command=["python", "serve.py"], gpus=1, team="alpha", name="high", priority="high")
+            for line in follow:  # the same stream goes on: run 1 ends, run 2 follows once it runs
+                lines.append(line)
+                assert time.monotonic() < deadline + 60, lines
+            text = "".join(lines)
+            assert "received SIGTERM: checkpointing\nexit code 143\n" in text, text
+            assert text.count("==> run ") == 2 and "==> run 2: pod alpha/" in text, text
+            assert text.endswith("exit code 0\n"), text
+            assert sdk.get(low.id).state == "SUCCEEDED" and sdk.get(low.id).run == 2
+            assert sdk.wait(high.id, timeout=30).state == "SUCCEEDED"
+            # without follow: what the pods still hold (the evicted run's pod is gone with its log)
+            whole = "".join(sdk.logs(high.id))
+            assert whole.startswith("==> run 1: pod alpha/") and whole.endswith("exit code 0\n")
+            resp = httpx.get(f"{server.url}/v1/jobs/{high.id}/logs", params={"offset": 10**6},
+                             headers={"Authorization": f"Bearer {server.token}"})
+            assert resp.status_code == 416 and "past the end of the log" in resp.json()["detail"]
+            # the CLI streams the same text
+            out = server.cli("logs", high.id).stdout
+            assert out == whole
+    finally:
+        server.stop()
+        jobs.stop()
+        client.close()  # type: ignore[no-untyped-call]
+    assert not jobs.errors, jobs.errors

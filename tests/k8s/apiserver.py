@@ -343,6 +343,13 @@ class _Route:
     subresource: str | None
 
 
+@dataclass(frozen=True)
+class _Text:
+    """A plain-text answer (``pods/log``): bytes, or a stream of them."""
+
+    body: bytes | AsyncIterator[bytes]
+
+
 def _route(path: str) -> _Route | None:
     """Split a resource URL; ``None`` for discovery and non-Kubernetes paths."""
     parts = [part for part in path.split("/") if part]
@@ -518,6 +525,8 @@ class KubeApiServer(kmock.KubernetesEmulator):
     _compacted_rv: int = attrs.field(default=0, init=False)
     _changed: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    # container logs by pod uid and container name: (when written, the text of one line)
+    _logs: dict[tuple[str, str], list[tuple[datetime.datetime, str]]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -973,6 +982,9 @@ class KubeApiServer(kmock.KubernetesEmulator):
     def _remove(self, rtype: ResourceType, obj: Obj, propagation: str) -> Obj:
         removed = self._commit(rtype, copy.deepcopy(obj), "DELETED", obj)
         uid = _meta(obj)["uid"]
+        if rtype is PODS:  # a deleted pod's logs go with it, as on a node
+            for key in [k for k in self._logs if k[0] == uid]:
+                del self._logs[key]
         for dtype in list(self._types.values()):
             for dependent in list(self._iter(dtype)):
                 refs = _meta(dependent).get("ownerReferences") or []
@@ -1120,6 +1132,106 @@ class KubeApiServer(kmock.KubernetesEmulator):
                     "Cannot evict pod as it would violate the pod's disruption budget.",
                     {"causes": [{"reason": "DisruptionBudget", "message": why}]},
                 )
+
+    # --- container logs ------------------------------------------------------------------------
+
+    def write_log(self, namespace: str, name: str, container: str, text: str) -> None:
+        """Append ``text`` (one or more lines) to a container's log, as its runtime would (the
+        kubelet stand-in writes what its containers "print"); followers of the log wake up."""
+        pod = self._require(PODS, namespace, name)
+        lines = self._logs.setdefault((_meta(pod)["uid"], container), [])
+        now = utcnow()
+        for line in text.splitlines(keepends=True):
+            lines.append((now, line if line.endswith("\n") else line + "\n"))
+        self._notify()
+
+    def _log_container(self, pod: Obj, params: Mapping[str, str]) -> str:
+        names = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []]
+        name = _meta(pod)["name"]
+        wanted = params.get("container")
+        if wanted:
+            if wanted not in names:
+                raise _bad_request(f"container {wanted} is not valid for pod {name}")
+            return wanted
+        if len(names) != 1:
+            raise _bad_request(
+                f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
+            )
+        return names[0]
+
+    @staticmethod
+    def _container_state(pod: Obj, container: str) -> str:
+        """``waiting``, ``running`` or ``terminated`` (``waiting`` before the kubelet reported it)."""
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") == container:
+                state = status.get("state") or {}
+                return "running" if "running" in state else "terminated" if "terminated" in state else "waiting"
+        return "waiting"
+
+    @staticmethod
+    def _log_text(
+        lines: list[tuple[datetime.datetime, str]], params: Mapping[str, str], start: int = 0
+    ) -> tuple[str, int]:
+        """The log from line ``start`` as the query asks (timestamps, sinceSeconds); and the line count."""
+        chosen = lines[start:]
+        since = _int_param(params, "sinceSeconds")
+        if since is not None:
+            cutoff = utcnow() - datetime.timedelta(seconds=since)
+            chosen = [(t, line) for t, line in chosen if t >= cutoff]
+        stamps = _truthy(params.get("timestamps"))
+        text = "".join(
+            (t.strftime("%Y-%m-%dT%H:%M:%S.%f000Z") + " " if stamps else "") + line for t, line in chosen
+        )
+        return text, len(lines)
+
+    def read_log(self, namespace: str, name: str, params: Mapping[str, str]) -> bytes | AsyncIterator[bytes]:
+        """``GET pods/{name}/log``: the container's output (``container``, ``follow``, ``tailLines``,
+        ``limitBytes``, ``sinceSeconds``, ``timestamps``). A container that has not started is a 400,
+        as the real API answers; ``follow`` streams until the container ends or the pod goes away."""
+        pod = self._require(PODS, namespace, name)
+        container = self._log_container(pod, params)
+        if self._container_state(pod, container) == "waiting":
+            raise _bad_request(f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
+        uid = _meta(pod)["uid"]
+        tail = _int_param(params, "tailLines")
+        limit = _int_param(params, "limitBytes")
+        # a follower keeps the list itself: what the container wrote before its pod was deleted still arrives
+        lines = self._logs.setdefault((uid, container), [])
+        first = max(0, len(lines) - tail) if tail is not None else 0
+        if not _truthy(params.get("follow")):
+            text = self._log_text(lines, params, first)[0].encode()
+            return text[:limit] if limit is not None else text
+
+        async def follow() -> AsyncIterator[bytes]:
+            yield b""  # headers now: a follower's client returns before the first line
+            cursor, sent = first, 0
+            while True:
+                waiter = self._changed
+                text, cursor_after = self._log_text(lines, params, cursor)
+                cursor = cursor_after
+                if text:
+                    data = text.encode()
+                    if limit is not None:
+                        data = data[: max(0, limit - sent)]
+                    sent += len(data)
+                    if data:
+                        yield data
+                    if limit is not None and sent >= limit:
+                        return
+                current = self._stored(PODS, namespace, name)
+                if (
+                    current is None
+                    or _meta(current).get("uid") != uid
+                    or self._container_state(current, container) == "terminated"
+                    or self._closing
+                ):
+                    rest = self._log_text(lines, params, cursor)[0].encode()
+                    if rest:
+                        yield rest  # what was written with the end
+                    return
+                await waiter.wait()
+
+        return follow()
 
     # --- watches ------------------------------------------------------------------------------
 
@@ -1287,6 +1399,8 @@ class KubeApiServer(kmock.KubernetesEmulator):
             code, payload = await self._dispatch(request)
         except ApiError as e:
             return Response(status=e.code, payload=e.status(), headers=json_headers)
+        if isinstance(payload, _Text):  # pods/log: plain text, streamed when followed
+            return Response(status=code, payload=payload.body, headers={"Content-Type": "text/plain"})
         return Response(status=code, payload=payload, headers=json_headers)
 
     async def _dispatch(self, request: kmock.Request) -> tuple[int, Any]:
@@ -1377,6 +1491,9 @@ class KubeApiServer(kmock.KubernetesEmulator):
         elif sub == "eviction" and rtype is PODS and namespace is not None:
             if method == "POST":
                 return 201, self.evict(namespace, name, body())
+        elif sub == "log" and rtype is PODS and namespace is not None:
+            if method == "GET":
+                return 200, _Text(self.read_log(namespace, name, params))
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {request.url.path}", {})

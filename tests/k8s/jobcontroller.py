@@ -11,7 +11,9 @@ What it does, as kube-controller-manager's Job controller does for the cases gpu
 - a pod of an index that is gone, or failed with condition ``DisruptionTarget`` (eviction,
   preemption: ``podFailurePolicy`` ``Ignore``), is replaced while the Job exists and the index has
   not succeeded — so a backend that preempts must delete the Job, or the work starts again;
-- ``status.succeeded`` / ``status.failed`` and a ``Complete`` / ``Failed`` condition.
+- ``status.succeeded`` / ``status.failed`` / ``status.completedIndexes`` and a ``Complete``
+  condition; an index counted as succeeded is never started again, and a finished Job makes no
+  pods, even when its pods are deleted afterwards (the real controller's job-tracking finalizers).
 
 ``created`` counts the pods made per Job, for tests.
 """
@@ -76,7 +78,12 @@ class JobController:
         if meta.get("deletionTimestamp"):
             return
         n = int(spec.get("parallelism", 1) or 1)
-        succeeded: set[int] = set()
+        status = job.get("status") or {}
+        if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+               for c in status.get("conditions") or []):
+            return  # finished: pods deleted afterwards (a drain, the garbage collector) are not replaced
+        # indexes counted before their pods went away (the real controller's job-tracking finalizers)
+        succeeded: set[int] = {int(i) for i in str(status.get("completedIndexes") or "").split(",") if i.isdigit()}
         failed = 0
         live: set[int] = set()
         for p in pods:
@@ -97,7 +104,7 @@ class JobController:
             for idx in range(n):
                 if idx not in succeeded and idx not in live:
                     self._create_pod(job, idx)
-        self._status(job, len(succeeded), failed, n)
+        self._status(job, succeeded, failed, n)
 
     def _create_pod(self, job: dict[str, Any], idx: int) -> None:
         meta = job["metadata"]
@@ -133,11 +140,17 @@ class JobController:
             if e.status not in (404, 409):  # the namespace or Job went away, or a name collision
                 raise
 
-    def _status(self, job: dict[str, Any], succeeded: int, failed: int, n: int) -> None:
+    def _status(self, job: dict[str, Any], done_indexes: set[int], failed: int, n: int) -> None:
+        succeeded = len(done_indexes)
         status = dict(job.get("status", {}))
-        if status.get("succeeded", 0) == succeeded and status.get("failed", 0) == failed:
+        indexes = ",".join(str(i) for i in sorted(done_indexes))
+        if (status.get("succeeded", 0), status.get("failed", 0), status.get("completedIndexes") or "") == (
+            succeeded, failed, indexes
+        ):
             return
         status["succeeded"], status["failed"] = succeeded, failed
+        if indexes:
+            status["completedIndexes"] = indexes
         if succeeded >= n:
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             status["conditions"] = [{"type": "Complete", "status": "True", "lastTransitionTime": now}]

@@ -25,6 +25,10 @@ exists and is ``Ready`` (optionally only the nodes in ``KubeletConfig.nodes``):
    the terminal status and deletes the pod with grace period 0 (the object goes away unless
    finalizers hold it). A shorter grace period or a force delete during the wait is honoured.
 
+4. **Logs** (``pods/log``): each app container "prints" ``started on <node>`` when it starts, ``step N``
+   every ``kwok.gpufleet.io/log-every-s`` seconds while it runs, ``received SIGTERM: checkpointing``
+   on a graceful deletion and ``exit code N`` when it ends.
+
 Node helpers: :func:`gpu_node` builds a Node with GPU Feature Discovery labels and ``nvidia.com/gpu``
 (or MIG ``nvidia.com/mig-<profile>``) capacity; :func:`create_gpu_node` posts one through a
 ``CoreV1Api``; :func:`taint_disrupted` puts Karpenter's ``karpenter.sh/disrupted:NoSchedule`` taint
@@ -59,6 +63,7 @@ __all__ = [
     "DISRUPTED_TAINT",
     "DURATION_ANNOTATION",
     "EXIT_CODE_ANNOTATION",
+    "LOG_EVERY_ANNOTATION",
     "SIGTERM_AT_ANNOTATION",
     "SIGTERM_EXIT_CODE_ANNOTATION",
     "START_DELAY_ANNOTATION",
@@ -78,6 +83,7 @@ EXIT_CODE_ANNOTATION = "kwok.gpufleet.io/exit-code"
 CHECKPOINT_ANNOTATION = "kwok.gpufleet.io/checkpoint-s"
 SIGTERM_EXIT_CODE_ANNOTATION = "kwok.gpufleet.io/sigterm-exit-code"
 SIGTERM_AT_ANNOTATION = "kwok.gpufleet.io/sigterm-at"
+LOG_EVERY_ANNOTATION = "kwok.gpufleet.io/log-every-s"  # a container prints "step N" this often
 DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
 
 
@@ -88,6 +94,7 @@ class KubeletConfig:
     checkpoint_s: float = 0.2  # how long a container takes to exit after SIGTERM
     annotate_sigterm: bool = True  # also record SIGTERM in the pod annotation kwok.gpufleet.io/sigterm-at
     nodes: frozenset[str] | None = None  # the nodes this kubelet runs; None: every Node object
+    log_every_s: float | None = None  # containers print "step N" this often without the annotation; None: never
 
 
 @dataclass(frozen=True)
@@ -236,6 +243,29 @@ class _PodWorker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), timeout=remaining)
 
+    def _print(self, pod: dict[str, Any], line: str) -> None:
+        """What the pod's app containers write to their logs."""
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            self.server.write_log(self.namespace, self.name, container.get("name", ""), line)
+
+    async def _run_for(self, pod: dict[str, Any], seconds: float | None) -> bool:
+        """Run ``seconds`` (None: forever), printing ``step N`` every ``log-every-s``; True when the
+        pod is being deleted or gone meanwhile (as :meth:`_wait`)."""
+        every = _annotation(pod, LOG_EVERY_ANNOTATION, self.config.log_every_s)
+        if not every or every <= 0:
+            return await self._wait(seconds)
+        loop = asyncio.get_running_loop()
+        end = None if seconds is None else loop.time() + seconds
+        step = 0
+        while True:
+            chunk = every if end is None else min(every, end - loop.time())
+            if await self._wait(max(0.0, chunk)):
+                return True
+            if end is not None and loop.time() >= end:
+                return False
+            step += 1
+            self._print(pod, f"step {step}")
+
     def _write_status(self, status: dict[str, Any]) -> None:
         pod = self.current()
         if pod is None:
@@ -257,11 +287,14 @@ class _PodWorker:
             pod = self.current()
             if pod is None:
                 return
+            node = (pod.get("spec") or {}).get("nodeName") or ""
+            self._print(pod, f"started on {node}")
             duration = _annotation(pod, DURATION_ANNOTATION, self.config.default_duration_s)
-            if await self._wait(duration):
+            if await self._run_for(pod, duration):
                 await self._terminate(started_at=started_at)
                 return
             exit_code = int(_annotation(pod, EXIT_CODE_ANNOTATION, 0) or 0)
+            self._print(pod, f"exit code {exit_code}")
             policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
             finished_at = utcnow()
             terminated = self._terminated_state(exit_code, started_at, finished_at)
@@ -291,6 +324,7 @@ class _PodWorker:
                     self.name,
                     {"metadata": {"annotations": {SIGTERM_AT_ANNOTATION: _micro_time(sent)}}},
                 )
+            self._print(pod, "received SIGTERM: checkpointing")
             checkpoint = _annotation(pod, CHECKPOINT_ANNOTATION, self.config.checkpoint_s) or 0.0
             begun = loop.time()
             while True:  # re-read the grace period: a second DELETE may shorten it
@@ -310,6 +344,8 @@ class _PodWorker:
             else:
                 exit_code = int(_annotation(pod, SIGTERM_EXIT_CODE_ANNOTATION, 143) or 0)
             terminated = self._terminated_state(exit_code, started_at, utcnow())
+            if pod_now := self.current():
+                self._print(pod_now, f"exit code {exit_code}")
             self._write_status(self._terminal_status(exit_code, terminated))
         if self.current() is not None:
             self.server.delete_object(

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from gpufleet.clock import Clock, WallClock
 from gpufleet.cost.rules import PricingRules
 from gpufleet.store.db import Database
+
+
+class JobLogs(Protocol):
+    """Where jobs' output lives when it is not a file of the server's (Kubernetes: pods' logs)."""
+
+    def read(self, job_id: str) -> bytes:
+        """The job's whole log as it is now."""
+        ...
+
+    def follow(
+        self, job_id: str, offset: int, running: Callable[[], bool], cancelled: threading.Event
+    ) -> Iterator[bytes]:
+        """The log from byte ``offset`` of :meth:`read`'s view as it is written, until the job has
+        ended (``running()`` is False) and it is drained, or ``cancelled`` is set. Blocking."""
+        ...
 
 
 def _always_ready() -> bool:
@@ -21,6 +38,7 @@ class ApiContext:
 
     - ``database``: the store;
     - ``logs_dir``: where a job's output lives, as ``<logs_dir>/<job_id>.log``;
+    - ``job_logs``: instead of those files, another source of jobs' output (Kubernetes: pod logs);
     - ``clock``: the wall clock in production; a fixed clock in tests;
     - ``wake``: called after a submit or a cancel so an in-process controller runs a cycle now
       instead of waiting for its next tick (None: nothing to wake);
@@ -37,6 +55,7 @@ class ApiContext:
 
     database: Database
     logs_dir: Path
+    job_logs: JobLogs | None = None
     clock: Clock = field(default_factory=WallClock)
     wake: Callable[[], None] | None = None
     ready: Callable[[], bool] = _always_ready

@@ -9,6 +9,14 @@ PriorityClass as its priority (``gpufleet-<class>``, else ``normal``) and the po
 ``gpufleet.io/cost-limit`` as its own budget. The pods are then labelled with the job id; the
 Kubernetes backend binds them (instead of creating a Job) when the scheduler places the job.
 
+**Time-sliced and MPS GPUs.** A pod that asks ``nvidia.com/gpu.shared`` (the device plugin's
+``renameByDefault``), or whose ``nodeSelector`` picks shared GPUs (``nvidia.com/gpu.replicas`` or
+``nvidia.com/gpu.sharing-strategy``, GPU Feature Discovery's labels), asks for replicas: ``k`` of a
+GPU shared ``R`` ways is a ``k/R`` fraction (``R`` from the selector, else the smallest among the
+nodes it selects), placed and metered as that fraction. Any other ``nvidia.com/gpu: k`` is ``k``
+whole GPUs: gpufleet holds and charges whole GPUs for it; on a time-sliced node the device plugin
+would give it only ``k`` replicas, so such pods should select unshared nodes.
+
 Idempotent: the owner's uid is the submission's idempotency key, so an owner is adopted once, and
 a replacement pod its own controller makes later is labelled with the same job. A pod gpufleet
 cannot read, or a namespace that maps to no team, is logged and left alone (never a crash).
@@ -24,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.backends.kubernetes.backend import LABEL_ADOPTED, LABEL_JOB_ID
+from gpufleet.backends.kubernetes.nodes import LABEL_GPU_REPLICAS, LABEL_SHARING_STRATEGY, SHARED_GPU_RESOURCE
 from gpufleet.backends.kubernetes.objects import SCHEDULER_NAME
 from gpufleet.backends.kubernetes.pods import ANNOTATION_JOB_ID, Gang, PodFacts, group_gangs, pod_facts
 from gpufleet.errors import GpufleetError
@@ -133,8 +142,38 @@ class PodAdopter:
         if first.mig_profile is not None:
             fields.update(gpus=1, mig_profile=first.mig_profile)
         elif first.gpu_count:
-            fields["gpus"] = first.gpu_count
+            replicas = self._replicas(first)
+            if replicas is None:
+                fields["gpus"] = first.gpu_count
+            else:
+                request = first.gpu_request(replicas)
+                fields.update(gpus=request.count, gpu_milli=request.milli)
         return fields
+
+    def _replicas(self, pod: PodFacts) -> int | None:
+        """How many ways the GPUs this pod asks for are shared (see the module docstring); None for
+        whole GPUs. :class:`GpufleetError` when it asks for shared GPUs no node offers yet."""
+        selector = pod.node_selector
+        wants_shared = pod.gpu_resource == SHARED_GPU_RESOURCE or bool(
+            {LABEL_GPU_REPLICAS, LABEL_SHARING_STRATEGY} & selector.keys()
+        )
+        if not wants_shared:
+            return None
+        declared = selector.get(LABEL_GPU_REPLICAS, "")
+        if declared.isdigit() and int(declared) >= 2:
+            return int(declared)
+        resp = self.core.list_node(_preload_content=False)
+        offered = []
+        for node in json.loads(resp.data).get("items", []):
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            if any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            value = str(labels.get(LABEL_GPU_REPLICAS, ""))
+            if value.isdigit() and int(value) >= 2:
+                offered.append(int(value))
+        if not offered:
+            raise GpufleetError(f"pod {pod.key} asks for shared GPUs, and no node offers them yet")
+        return min(offered)
 
     def _adopt(self, gang: Gang, stats: AdoptStats) -> None:
         if not gang.complete:

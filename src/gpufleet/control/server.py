@@ -35,6 +35,8 @@ from gpufleet.store.db import Database
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from gpufleet.api.context import JobLogs
+
 log = logging.getLogger(__name__)
 
 ADMIN_TOKEN_FILE = "admin.token"
@@ -49,6 +51,7 @@ class Server:
     controller: Controller
     admin_token_path: Path | None
     policy: AccountPolicy  # which Unix accounts jobs run as
+    job_logs: JobLogs | None = None  # jobs' output when it is not in <home>/logs (Kubernetes: pod logs)
 
     def app(self) -> FastAPI:
         from gpufleet.api.app import create_app
@@ -58,6 +61,7 @@ class Server:
             ApiContext(
                 database=self.db,
                 logs_dir=self.settings.home / "logs",
+                job_logs=self.job_logs,
                 clock=WallClock(),
                 wake=self.controller.wake,
                 ready=self.controller.ready,
@@ -118,6 +122,7 @@ def worker_app() -> FastAPI:
         ApiContext(
             database=db,
             logs_dir=settings.home / "logs",
+            job_logs=pod_logs(settings) if settings.backend == "kubernetes" else None,
             clock=WallClock(),
             **context_settings(settings),
         )
@@ -181,31 +186,45 @@ def ensure_admin_token(db: Database, home: Path, now: float) -> Path:
     return path
 
 
-def kubernetes_world(settings: Settings, db: Database) -> tuple[Backend, Leadership, list[Periodic]]:
-    """The Kubernetes backend and its Lease leadership for ``backend: kubernetes``: the API server
-    from the in-cluster service account, else a kubeconfig (``kubernetes.kubeconfig``/``context``),
-    through the official client. Replicas elect one leader with a ``coordination.k8s.io/v1`` Lease."""
+def kube_api_client(settings: Settings) -> Any:
+    """A client of the cluster's API server: the in-cluster service account, else a kubeconfig."""
     try:
         from kubernetes import client, config
     except ImportError:
         raise ConfigError(
             "backend 'kubernetes' needs the Kubernetes client: pip install 'gpufleet[k8s]'", field="backend"
         ) from None
-    from gpufleet.backends.kubernetes.backend import KubernetesBackend, KubernetesOptions
-    from gpufleet.backends.kubernetes.lease import LeaseLeadership
-    from gpufleet.io.catalog import load_catalog
-
     k = settings.kubernetes
     try:
         if k.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config()  # type: ignore[no-untyped-call]
-            api_client = client.ApiClient()
-        else:
-            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=str(k.kubeconfig) if k.kubeconfig else None, context=k.context
-            )
+            return client.ApiClient()
+        return config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(k.kubeconfig) if k.kubeconfig else None, context=k.context
+        )
     except Exception as e:  # a missing or bad kubeconfig
         raise ConfigError(f"cannot load the Kubernetes configuration: {e}", field="kubernetes.kubeconfig") from None
+
+
+def pod_logs(settings: Settings) -> JobLogs:
+    """Jobs' output on Kubernetes: their pods' logs (:mod:`gpufleet.backends.kubernetes.logs`)."""
+    from gpufleet.backends.kubernetes.logs import PodLogs
+
+    return PodLogs(kube_api_client(settings))
+
+
+def kubernetes_world(settings: Settings, db: Database) -> tuple[Backend, Leadership, list[Periodic]]:
+    """The Kubernetes backend and its Lease leadership for ``backend: kubernetes``: the API server
+    from the in-cluster service account, else a kubeconfig (``kubernetes.kubeconfig``/``context``),
+    through the official client. Replicas elect one leader with a ``coordination.k8s.io/v1`` Lease."""
+    k = settings.kubernetes
+    api_client = kube_api_client(settings)
+    from kubernetes import client
+
+    from gpufleet.backends.kubernetes.backend import KubernetesBackend, KubernetesOptions
+    from gpufleet.backends.kubernetes.lease import LeaseLeadership
+    from gpufleet.io.catalog import load_catalog
+
     volume = (
         {"name": "gpufleet-checkpoint", "persistentVolumeClaim": {"claimName": k.checkpoint_claim}}
         if k.checkpoint_claim
@@ -295,4 +314,9 @@ def build_server(settings: Settings) -> Server:
             custom_resources_duty(db, backend, k8s.namespaces, budgets.rules, settings.budget_interval_s)
         )
     write_private_file(home / SERVER_FILE, json.dumps({"url": settings.url}) + "\n")
-    return Server(settings, db, controller, token_path, policy)
+    job_logs = None
+    if settings.backend == "kubernetes":
+        from gpufleet.backends.kubernetes.logs import PodLogs
+
+        job_logs = PodLogs(getattr(backend, "api_client", None))
+    return Server(settings, db, controller, token_path, policy, job_logs)

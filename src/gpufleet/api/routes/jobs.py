@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Annotated
 
@@ -11,16 +13,17 @@ import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
+from starlette.concurrency import iterate_in_threadpool
 
 from gpufleet.api.auth import Principal, job_not_found, require_visible, require_writer
-from gpufleet.api.context import ApiContext
+from gpufleet.api.context import ApiContext, JobLogs
 from gpufleet.api.deps import AUTHED, READ_ONE, WRITE_ONE, Caller, Ctx, Metrics
 from gpufleet.api.problems import input_at, problem_response
 from gpufleet.api.render import event_out, job_out
 from gpufleet.control import jobs as jobs_service  # owners, budgets, insert; cancel
 from gpufleet.control.submit import prepare_submit
 from gpufleet.cost.budget_status import BudgetExceededError
-from gpufleet.errors import InputError, NotFoundError
+from gpufleet.errors import GpufleetError, InputError, NotFoundError
 from gpufleet.model.job import JobState
 from gpufleet.store import repo
 from gpufleet.store.models import JobRow
@@ -29,6 +32,7 @@ from gpufleet.wire import FieldError, JobEventOut, JobOut, JobPage, JobSubmit
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 _CHUNK = 64 * 1024
+log = logging.getLogger(__name__)
 _TERMINAL = frozenset(s.value for s in JobState if s.terminal)
 _CURSOR_PREFIX = "s1:"
 _CURSOR_MAX_SEQ = 2**63 - 1  # a store sequence is a signed 64-bit integer
@@ -242,6 +246,53 @@ def _job_state(ctx: ApiContext, job_id: str) -> str:
         return repo.get_job(s, job_id).state
 
 
+def _offset_past_end(request: Request, offset: int, size: int) -> Response:
+    message = f"offset {offset} is past the end of the log ({size} bytes so far)"
+    return problem_response(
+        416,
+        "offset_out_of_range",
+        message,
+        instance=request.url.path,
+        errors=[FieldError(field="query.offset", message=message)],
+        headers={"Content-Range": f"bytes */{size}"},
+    )
+
+
+def _other_logs(ctx: ApiContext, source: JobLogs, request: Request, job_id: str, offset: int, follow: bool) -> Response:
+    """A job's output from a source that is not the server's files (Kubernetes: its pods' logs)."""
+    try:
+        data = source.read(job_id)
+    except GpufleetError as e:
+        return problem_response(503, "logs_unavailable", str(e), instance=request.url.path)
+    if offset > len(data):
+        return _offset_past_end(request, offset, len(data))
+    headers = {"X-Content-Type-Options": "nosniff"}
+    if not follow:
+        return StreamingResponse(iter([data[offset:]]), media_type="text/plain; charset=utf-8", headers=headers)
+
+    def running() -> bool:
+        try:
+            return _job_state(ctx, job_id) not in _TERMINAL
+        except NotFoundError:
+            return False
+
+    def chunks(cancelled: threading.Event) -> Iterator[bytes]:
+        try:
+            yield from source.follow(job_id, offset, running, cancelled)
+        except GpufleetError as e:  # the cluster went away mid-stream: end it, saying why in the server log
+            log.warning("following the log of job %s: %s", job_id, e)
+
+    async def stream() -> AsyncIterator[bytes]:
+        cancelled = threading.Event()
+        try:
+            async for chunk in iterate_in_threadpool(chunks(cancelled)):
+                yield chunk
+        finally:
+            cancelled.set()  # the client went away: the reading thread stops at its next read timeout
+
+    return StreamingResponse(stream(), media_type="text/plain; charset=utf-8", headers=headers)
+
+
 @router.get(
     "/{job_id}/logs",
     response_class=StreamingResponse,
@@ -270,17 +321,11 @@ def job_logs(
     with ctx.database.session(readonly=True) as s:
         row = _visible_job(s, who, job_id)
         terminal = row.state in _TERMINAL
+    if ctx.job_logs is not None:
+        return _other_logs(ctx, ctx.job_logs, request, job_id, offset, follow and not terminal)
     size = _log_size(ctx, job_id)
     if offset > size:
-        message = f"offset {offset} is past the end of the log ({size} bytes so far)"
-        return problem_response(
-            416,
-            "offset_out_of_range",
-            message,
-            instance=request.url.path,
-            errors=[FieldError(field="query.offset", message=message)],
-            headers={"Content-Range": f"bytes */{size}"},
-        )
+        return _offset_past_end(request, offset, size)
 
     def once() -> Iterator[bytes]:
         pos = offset

@@ -97,6 +97,12 @@ class _Run:
     ran_from: float | None = None  # the earliest container start seen (pods can vanish as they end)
 
 
+def _disrupted(pod: PodFacts) -> bool:
+    """The pod was ended by a disruption (an eviction, a preemption, a node going away)."""
+    c = pod.condition("DisruptionTarget")
+    return c is not None and c.status == "True"
+
+
 def _mig_profile(node: Node | None, mask: int, milli: int, job_id: str) -> str:
     """The MIG profile a placement's slice mask denotes on the node's GPU model (``milli`` tells
     apart profiles of equal memory), as the local backend reads it."""
@@ -387,6 +393,13 @@ class KubernetesBackend:
             if any(not p.terminal for p in pods):
                 return None
             ends = [p.finished_at for p in pods if p.finished_at is not None]
+            # a pod failed by itself before the stop reached it (no DisruptionTarget: not evicted): the run failed
+            own = [p for p in pods if p.phase == "Failed" and not _disrupted(p)]
+            if own:
+                p = own[0]
+                return BackendEvent(EventKind.FAILED, now, r.job_id, r.run, exit_code=p.exit_code,
+                                    reason=f"pod {p.key} failed" + (f" (exit {p.exit_code})" if p.exit_code else ""),
+                                    started_at=started, ended_at=p.finished_at or now)
             # every pod exited 0 before the stop reached it: the run succeeded (its work is done)
             done = pods and len(pods) >= len(r.nodes) and all(p.phase == "Succeeded" for p in pods)
             return BackendEvent(EventKind.SUCCEEDED if done else EventKind.STOPPED, now, r.job_id, r.run,
@@ -403,7 +416,7 @@ class KubernetesBackend:
         if failed:
             p = failed[0]
             disrupted = p.condition("DisruptionTarget")
-            kind = EventKind.STOPPED if disrupted is not None and disrupted.status == "True" else EventKind.FAILED
+            kind = EventKind.STOPPED if _disrupted(p) else EventKind.FAILED
             reason = f"pod {p.key} failed" + (f" (exit {p.exit_code})" if p.exit_code else "")
             if kind is EventKind.STOPPED:
                 reason = f"pod {p.key} disrupted: {disrupted.reason if disrupted else ''}".rstrip(": ")

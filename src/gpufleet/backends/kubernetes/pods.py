@@ -111,6 +111,7 @@ class PodFacts:
     conditions: tuple[PodCondition, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)  # spec.nodeSelector
 
     @property
     def key(self) -> str:
@@ -293,6 +294,7 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
         cost_center=labels.get("cost-center", ""),
         cost_limit_usd=cost_limit,
         priority_class=_opt_str(spec.get("priorityClassName"), "spec.priorityClassName", src) or None,
+        node_selector=_str_map(spec.get("nodeSelector"), "spec.nodeSelector", src),
         priority=priority,
         job_id=job_id,
         run=run,
