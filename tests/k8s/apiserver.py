@@ -1157,7 +1157,7 @@ class KubeApiServer(kmock.KubernetesEmulator):
             raise _bad_request(
                 f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
             )
-        return names[0]
+        return str(names[0])
 
     @staticmethod
     def _container_state(pod: Obj, container: str) -> str:
