@@ -52,17 +52,8 @@ from gpufleet.cost.ledger import Ledger, NodeInterval, UsageSegment
 from gpufleet.cost.report import ReportLine
 from gpufleet.cost.spend import spend_report
 from gpufleet.errors import InputError, NotFoundError
-from gpufleet.k8s.costbudget import (
-    AttributionCosts,
-    attribution_filters_from_cr,
-    attribution_status,
-    budget_in_from_cr,
-    budget_name,
-    budget_state,
-    cr_status_from,
-    error_status,
-    secret_refs,
-)
+from gpufleet.k8s.attribution import AttributionCosts, attribution_filters_from_cr, attribution_status
+from gpufleet.k8s.costbudget import budget_in_from_cr, budget_name, budget_state, cr_status_from, secret_refs
 from gpufleet.k8s.crds import (
     API_VERSION,
     COST_ATTRIBUTION,
@@ -72,6 +63,7 @@ from gpufleet.k8s.crds import (
     cost_budget_crd,
     crds,
 )
+from gpufleet.k8s.crread import error_status
 from gpufleet.k8s.policies import (
     PRIORITY_VALUES,
     ContainerDefaults,

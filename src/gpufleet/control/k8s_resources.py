@@ -16,10 +16,10 @@
 2. lists the CostAttributions; for each, prices the ledger over its windows with the server's
    pricing rules, as ``/v1/usage`` does (:func:`~gpufleet.cost.spend.spend_report`, one report per
    window), counts the team's active jobs it covers, and writes
-   :func:`~gpufleet.k8s.costbudget.attribution_status`.
+   :func:`~gpufleet.k8s.attribution.attribution_status`.
 
 Failures stay with their object: a bad spec gets ``Ready`` False, reason ``InvalidSpec``
-(:func:`~gpufleet.k8s.costbudget.error_status`) and changes no budget; a Secret that is missing,
+(:func:`~gpufleet.k8s.crread.error_status`) and changes no budget; a Secret that is missing,
 or lacks the key, is a bad spec naming the field that refers to it; an API or store error is
 logged and counted (:class:`ReconcileStats`) and the next object is reconciled all the same.
 
@@ -83,18 +83,15 @@ from gpufleet.cost.report import CostReport
 from gpufleet.cost.rules import PricingRules
 from gpufleet.cost.spend import spend_report
 from gpufleet.errors import BackendError, ConflictError, GpufleetError, InputError
-from gpufleet.k8s.costbudget import (
+from gpufleet.k8s.attribution import (
     AttributionCosts,
     AttributionQuery,
     attribution_filters_from_cr,
     attribution_status,
-    budget_in_from_cr,
-    budget_name,
-    cr_status_from,
-    error_status,
-    secret_refs,
 )
+from gpufleet.k8s.costbudget import budget_in_from_cr, budget_name, cr_status_from, secret_refs
 from gpufleet.k8s.crds import COST_ATTRIBUTION, COST_BUDGET, GROUP, VERSION, CrdNames
+from gpufleet.k8s.crread import error_status
 from gpufleet.store import budgets_repo, repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import BudgetRow, JobRow

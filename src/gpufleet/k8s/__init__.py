@@ -2,8 +2,11 @@
 
 - :mod:`gpufleet.k8s.crds` — the ``gpufleet.io/v1alpha1`` CustomResourceDefinitions (``CostBudget``,
   ``CostAttribution``) with schemas that refuse bad specs, and their names;
+- :mod:`gpufleet.k8s.crread` — reading those CRs (typed fields, errors naming the field), their
+  ownership checks and the status parts both kinds share;
 - :mod:`gpufleet.k8s.costbudget` — a ``CostBudget`` ↔ a gpufleet budget (``BudgetIn``) and its
-  status subresource; a ``CostAttribution`` → a cost-report query and its status;
+  status subresource;
+- :mod:`gpufleet.k8s.attribution` — a ``CostAttribution`` → a cost-report query and its status;
 - :mod:`gpufleet.k8s.policies` — PriorityClasses, team Namespaces, ResourceQuotas and LimitRanges
   that the team layout implies.
 

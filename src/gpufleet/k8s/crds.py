@@ -1,7 +1,7 @@
 """The ``gpufleet.io/v1alpha1`` CustomResourceDefinitions: ``CostBudget`` and ``CostAttribution``.
 
 Both are namespaced: a CR lives in its team's namespace and speaks for that team only (see
-:mod:`gpufleet.k8s.costbudget`). Each has a status subresource (the controller writes status
+:mod:`gpufleet.k8s.crread`). Each has a status subresource (the controller writes status
 through ``/status``, people write the spec) and printer columns, so ``kubectl get costbudgets``
 shows limit, spend, percent used, state and whether enforcement is on.
 
