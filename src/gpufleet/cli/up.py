@@ -52,6 +52,8 @@ def up(
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
     check_port(settings.host, settings.port)  # before anything starts or is written
+    if settings.webhook.enabled:  # the admission webhook's own HTTPS port, likewise
+        check_port(settings.webhook.host or settings.host, settings.webhook.port)
     server = build_server(settings)
     nodes = server.controller.backend.inventory()
     gpu_desc = ", ".join(f"{n.name}: {n.gpu_count}x{n.gpu_model or 'no GPU'}" for n in nodes) or "none"
@@ -59,6 +61,10 @@ def up(
     console.print(f"  store   {server.db.masked_url}")
     console.print(f"  GPUs    {gpu_desc}")
     console.print(f"  jobs    {server.policy.describe()}")
+    if settings.webhook.enabled:
+        w = settings.webhook
+        where = f"{w.host or settings.host}:{w.port}"
+        console.print(f"  webhook https://{where}/validate (admission; failurePolicy {w.failure_policy})")
     if server.admin_token_path is not None:
         console.print(f"  token   {server.admin_token_path} (admin; the CLI finds it)")
     console.print("  try     gpufleet submit --gpus 1 -- python -c 'print(42)'")

@@ -84,6 +84,9 @@ class Server:
             "timeout_graceful_shutdown": 5,
         }
         check_port(self.settings.host, self.settings.port)
+        from gpufleet.control.webhook import start_webhook
+
+        webhook = start_webhook(self.settings, self.db)  # the admission webhook (webhook.enabled), on every replica
         self.controller.start()
         try:
             if workers <= 1:
@@ -92,6 +95,8 @@ class Server:
                 os.environ[SETTINGS_ENV] = self.settings.model_dump_json()
                 uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **common)
         finally:
+            if webhook is not None:
+                webhook.stop()
             self.controller.stop()
             self.db.dispose()
 
@@ -131,11 +136,14 @@ def worker_app() -> FastAPI:
 
 def context_settings(settings: Settings) -> dict[str, Any]:
     """The API context's settings that come from the server's: pricing and the shared-server rules."""
+    # The Unix-account rules are the local backend's: on Kubernetes jobs run in pods, as their images'
+    # users, under the namespace's policies, so no job needs an account and any number of teams share it.
+    local = settings.backend == "local"
     return {
         "pricing_rules": rules_from_setting(settings.pricing),
         "max_body_bytes": settings.max_body_bytes,
-        "run_as_required": not settings.jobs_as_server,
-        "single_team": os.geteuid() != 0 and not settings.jobs_as_server,
+        "run_as_required": local and not settings.jobs_as_server,
+        "single_team": local and os.geteuid() != 0 and not settings.jobs_as_server,
     }
 
 

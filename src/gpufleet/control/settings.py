@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gpufleet.config import format_validation_error, read_yaml
@@ -43,12 +43,39 @@ class KubernetesSettings(BaseModel):
     karpenter: bool = False
 
 
+class WebhookSettings(BaseModel):
+    """``webhook``: the validating admission webhook (docs/admission-webhook.md), served over HTTPS
+    on its own port by every replica (``GPUFLEET_WEBHOOK__ENABLED``, ``GPUFLEET_WEBHOOK__CERT_FILE``...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    host: str | None = None  # None: the server's host
+    port: int = Field(8443, ge=1, le=65535)
+    cert_file: Path | None = None  # PEM certificate (chain) the API server verifies (the chart's tls.crt)
+    key_file: Path | None = None  # its PEM private key (tls.key)
+    # What the registration's failurePolicy promises when gpufleet cannot read the store: Fail (deny,
+    # status 500, saying why) or Ignore (allow with a warning). Keep it equal to the chart's.
+    failure_policy: Literal["Fail", "Ignore"] = "Fail"
+    namespaces: list[str] | None = None  # judge only these namespaces (None: every namespace of a team)
+    # answer within this long (under the registration's timeoutSeconds): a store that does not answer
+    # in time is a store gpufleet cannot read
+    deadline_s: float = Field(8.0, gt=0, le=29)
+
+    @model_validator(mode="after")
+    def _tls(self) -> WebhookSettings:
+        if self.enabled and (self.cert_file is None or self.key_file is None):
+            raise ValueError("an enabled webhook serves HTTPS: set webhook.cert_file and webhook.key_file")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", env_nested_delimiter="__", extra="forbid")
 
     home: Path = Field(default_factory=home_dir)  # store, logs, run state, admin token
     backend: Literal["local", "kubernetes"] = "local"  # this machine's GPUs, or a cluster's
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)  # the admission webhook (HTTPS)
     db: str | None = None  # SQLAlchemy URL; None: sqlite:///<home>/gpufleet.db
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)

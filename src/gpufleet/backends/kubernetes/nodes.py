@@ -384,10 +384,12 @@ def node_info(
     unadvertised = 0
     whole = 0
     gpu_resource: str | None = None
-    if mig_strategy == "single" or single_profile:
+    # GFD labels every node nvidia.com/mig.strategy=single under the single strategy, MIG or not: a
+    # node's GPUs are MIG slices only when the product label names the profile (-MIG-<profile>)
+    if single_profile:
         sharing, mig_strategy, gpu_resource = SharingMode.MIG, "single", GPU_RESOURCE
         slices = plain if plain is not None else (label_int(LABEL_GPU_COUNT) or 0)
-        if single_profile and slices:
+        if slices:
             mig_profiles = {single_profile: slices}
             per_gpu = _slices_per_gpu(model_name, single_profile)
             gpu_count = math.ceil(slices / per_gpu)
@@ -395,9 +397,6 @@ def node_info(
                 f"MIG single strategy: {slices} {single_profile} slice(s) counted as {gpu_count} GPU(s) "
                 f"({per_gpu} per GPU)"
             )
-        elif slices:
-            gpu_count = slices
-            notes.append("MIG single strategy without a profile in the product label: slices counted as GPUs")
     elif mig_profiles:
         sharing, mig_strategy = SharingMode.MIG, "mixed"
         whole = plain or 0
