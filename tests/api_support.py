@@ -32,6 +32,21 @@ PRINCIPALS: dict[str, tuple[str, str]] = {
 }
 
 
+class Through(httpx.BaseTransport):
+    """The SDK's (httpx) requests handed to the app's test client. Starlette's TestClient runs on
+    httpx2 when that is installed (the MCP SDK brings it), and an httpx client cannot use an httpx2
+    transport directly; through the test client's own request both work."""
+
+    def __init__(self, client: TestClient) -> None:
+        self.client = client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        r = self.client.request(request.method, request.url.raw_path.decode("ascii"), headers=headers,
+                                content=request.read())
+        return httpx.Response(r.status_code, headers=list(r.headers.items()), content=r.content)
+
+
 @dataclass
 class Api:
     client: TestClient
@@ -42,6 +57,11 @@ class Api:
     token_ids: dict[str, str]
     ready: list[bool] = field(default_factory=lambda: [True])
     wakes: list[int] = field(default_factory=lambda: [0])
+
+    @property
+    def sdk_transport(self) -> httpx.BaseTransport:
+        """A transport for the SDK's ``Client`` that reaches this app."""
+        return Through(self.client)
 
     def h(self, who: str, **extra: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.secrets[who]}", **extra}

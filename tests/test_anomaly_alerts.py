@@ -198,7 +198,7 @@ def test_settings_through_the_api_and_the_cli(api: Api, monkeypatch: pytest.Monk
     assert bad.status_code == 422
 
     def make_client(url: str | None, token: str | None) -> Client:
-        return Client("http://testserver", api.secrets["admin"], transport=api.client._transport)
+        return Client("http://testserver", api.secrets["admin"], transport=api.sdk_transport)
 
     monkeypatch.setattr(cli_jobs, "make_client", make_client)
     args = ["budget", "create", "c", "--scope", "team:alpha", "--limit", "10", "--anomaly-alerts"]

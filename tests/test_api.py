@@ -549,17 +549,34 @@ def test_metrics_parse(api: Api) -> None:
 
 
 def test_metrics_pass_promtool(api: Api, tmp_path: Path) -> None:
-    """The exposition is checked by Prometheus's own linter (``promtool check metrics``)."""
+    """The exposition is checked by Prometheus's own linter (``promtool check metrics``), on a server
+    with every family present: nodes, running/ended/preempted/spot-interrupted jobs, budgets,
+    telemetry, a leader's queue and a scheduling cycle (tests/test_metrics.py's scenario). The DCGM
+    series (``/metrics/dcgm``) keep the exporter's camelCase label names (``modelName``, ``UUID``,
+    ``Hostname``): that is the only thing promtool may say about them."""
+    from tests.test_metrics import DCGM_FAMILIES, FAMILIES, SCENARIOS, build
+
     promtool = shutil.which("promtool")
     if promtool is None:
         if os.environ.get("GPUFLEET_SKIP_PROMTOOL") == "1":
             pytest.skip("promtool not installed (GPUFLEET_SKIP_PROMTOOL=1)")
         pytest.fail("promtool not found: apt-get install prometheus (make test does), or GPUFLEET_SKIP_PROMTOOL=1")
-    _cluster(api)
+    build(api, SCENARIOS[0])
     api.submit("alice")
+    api.client.app.state.metrics.observe_cycle(0.01)  # type: ignore[attr-defined]
     text = api.client.get("/metrics").text
+    present = {f.name for f in text_string_to_metric_families(text) if f.samples}
+    assert set(FAMILIES) | {"gpufleet_scheduler_cycle_duration_seconds"} <= present
     out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+    dcgm = api.client.get("/metrics/dcgm").text
+    assert {f.name for f in text_string_to_metric_families(dcgm)} == set(DCGM_FAMILIES)
+    out = subprocess.run([promtool, "check", "metrics"], input=dcgm, capture_output=True, text=True, timeout=60)
+    problems = [p for p in (out.stdout + out.stderr).splitlines() if p.strip()]
+    assert problems and all(
+        p.startswith("DCGM_FI_DEV_") and p.endswith("label names should be written in 'snake_case' not 'camelCase'")
+        for p in problems
+    ), problems
 
 
 def test_openapi_lists_every_route_and_model(api: Api) -> None:

@@ -63,6 +63,17 @@ EXPECTED.update(
         ("PUT", "/v1/budgets/{ref}"): authed(200, 403, 403, 403),  # admin-only: 403 whether it exists or not
         ("DELETE", "/v1/budgets/{ref}"): authed(204, 403, 403, 403),
         ("GET", "/v1/budgets/{ref}/status"): authed(200, 200, 404, 200),
+        # proposals: the target job is alpha's, proposed by another alpha member ("victim"); a viewer
+        # may propose (it can see the target) but not decide; another team's caller never sees it
+        ("POST", "/v1/proposals"): authed(201, 201, 404, 201),
+        ("GET", "/v1/proposals"): authed(200, 200, 200, 200),
+        ("GET", "/v1/proposals/{proposal_id}"): authed(200, 200, 404, 200),
+        ("POST", "/v1/proposals/{proposal_id}/approve"): authed(200, 200, 404, 403),
+        ("POST", "/v1/proposals/{proposal_id}/reject"): authed(200, 200, 404, 403),
+        # OpenCost's allocation API: everyone reads it (a member and a viewer see their own team's)
+        ("GET", "/allocation/compute"): authed(200, 200, 200, 200),
+        ("GET", "/allocation"): authed(200, 200, 200, 200),
+        ("GET", "/metrics/dcgm"): OPEN,  # like /metrics: scraped without a token
     }
 )
 
@@ -87,14 +98,23 @@ def request_for(api: Api, method: str, template: str) -> Callable[[str], httpx.R
         job = api.submit("alice", labels={"secret": "alpha-only"})["id"]
         (api.logs / f"{job}.log").write_text("alpha's output\n")
         with api.db.session() as s:
-            tok, _ = repo.create_token(s, team="alpha", role="member", name="victim", now=T0)
+            tok, victim = repo.create_token(s, team="alpha", role="member", name="victim", now=T0)
             budget = budgets_repo.create_budget(
                 s,
                 make_budget(id="", name=f"alpha-{tok.id[4:].lower()}", scope="team:alpha", limit_usd=100.0),
                 created_by=None,
                 now=T0,
             )
-        path = template.format(job_id=job, name="alpha", token_id=tok.id, ref=budget.id)
+        proposal = ""
+        if "{proposal_id}" in template:
+            r = api.client.post(
+                "/v1/proposals",
+                json={"action": "resize", "target": job, "params": {"gpus": 1}, "rationale": "half idle"},
+                headers={"Authorization": f"Bearer {victim}"},
+            )
+            assert r.status_code == 201, r.text
+            proposal = r.json()["id"]
+        path = template.format(job_id=job, name="alpha", token_id=tok.id, ref=budget.id, proposal_id=proposal)
         body: dict[str, Any] | None = None
         if (method, template) == ("POST", "/v1/jobs"):
             body = {"command": ["x"], "team": "alpha"}
@@ -108,6 +128,12 @@ def request_for(api: Api, method: str, template: str) -> Callable[[str], httpx.R
             body = {"name": f"b-{tok.id[4:].lower()}", "scope": "team:alpha", "limit_usd": 50.0}
         elif template == "/v1/budgets/check":
             body = {"command": ["x"], "gpus": 1, "team": "alpha"}
+        if template.startswith("/allocation"):
+            path += "?window=1d"
+        if (method, template) == ("POST", "/v1/proposals"):
+            body = {"action": "resize", "target": job, "params": {"gpus": 1}, "rationale": "half idle"}
+        elif template == "/v1/proposals/{proposal_id}/reject":
+            body = {"reason": "not now"}
         response: httpx.Response = api.client.request(method, path, json=body, headers=headers(api, caller))
         return response
 

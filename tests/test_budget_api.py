@@ -183,7 +183,7 @@ def test_cli_through_the_sdk(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     who = ["admin"]
 
     def make_client(url: str | None, token: str | None) -> Client:
-        return Client("http://testserver", api.secrets[who[0]], transport=api.client._transport)
+        return Client("http://testserver", api.secrets[who[0]], transport=api.sdk_transport)
 
     monkeypatch.setattr(cli_jobs, "make_client", make_client)
     runner = CliRunner()

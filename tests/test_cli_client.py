@@ -431,7 +431,7 @@ def real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     for api in api_support.make_api(tmp_path):
 
         def factory(url: str | None, token: str | None, api: Any = api) -> Client:
-            return Client("http://testserver", token or api.secrets["alice"], transport=api.client._transport)
+            return Client("http://testserver", token or api.secrets["alice"], transport=api.sdk_transport)
 
         monkeypatch.setattr(cli_jobs, "make_client", factory)
         yield api

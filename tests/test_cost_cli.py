@@ -30,7 +30,7 @@ def real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
     for api in make_api(tmp_path):
 
         def factory(url: str | None, token: str | None, api: Any = api) -> Client:
-            return Client("http://testserver", token or api.secrets["admin"], transport=api.client._transport)
+            return Client("http://testserver", token or api.secrets["admin"], transport=api.sdk_transport)
 
         monkeypatch.setattr(cli_jobs, "make_client", factory)
         _cluster(api)

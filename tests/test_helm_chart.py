@@ -77,6 +77,8 @@ from tests.k8s.kubelet import KubeletConfig
 from tests.serverproc import free_port
 from tests.test_k8s_manifests import schema_errors
 
+PACKAGE_DATA = Path(__file__).parents[1] / "src" / "gpufleet" / "data"
+
 pytest_plugins = ["tests.k8s.fixtures"]
 
 K8S_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33")
@@ -665,8 +667,10 @@ def test_service_monitor_scrapes_the_service(renders: dict[str, Render]) -> None
     assert sm["apiVersion"] == PROMETHEUS_API and sm["metadata"]["labels"]["release"] == "prom"
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
-    (ep,) = sm["spec"]["endpoints"]
+    ep, dcgm = sm["spec"]["endpoints"]
     assert ep["port"] in {p["name"] for p in svc["spec"]["ports"]} and ep["path"] == "/metrics"
+    assert dcgm["port"] == ep["port"] and dcgm["path"] == "/metrics/dcgm"
+    assert ep["honorLabels"] is True and dcgm["honorLabels"] is True  # cost series carry job/namespace/pod
 
 
 def test_prometheus_rules_pass_promtool(renders: dict[str, Render], tmp_path: Path) -> None:
@@ -681,7 +685,8 @@ def test_prometheus_rules_pass_promtool(renders: dict[str, Render], tmp_path: Pa
     out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     # only metrics the app exports (and Prometheus' own `up`)
-    source = (Path(__file__).parents[1] / "src" / "gpufleet" / "api" / "metrics.py").read_text()
+    package = Path(__file__).parents[1] / "src" / "gpufleet" / "api" / "metrics"
+    source = "".join(p.read_text() for p in sorted(package.glob("*.py")))
     exported = set(re.findall(r'"(gpufleet_\w+)"', source))
     for group in rule["spec"]["groups"]:
         for rl in group["rules"]:
@@ -690,6 +695,22 @@ def test_prometheus_rules_pass_promtool(renders: dict[str, Render], tmp_path: Pa
                     metric
                 )
     assert {rl["alert"] for rl in rule["spec"]["groups"][0]["rules"]} >= {"GpufleetDown", "GpufleetStoreDown"}
+    # and the package's own alert rules, group for group
+    shipped = yaml.safe_load((PACKAGE_DATA / "prometheus" / "rules" / "gpufleet-alerts.yml").read_text())
+    names = {g["name"] for g in shipped["groups"]}
+    assert [g for g in rule["spec"]["groups"] if g["name"] in names] == shipped["groups"]
+
+
+def test_the_chart_ships_the_packages_rules_and_dashboards() -> None:
+    """The chart's files/ are the package's rule file and dashboards, byte for byte (a chart cannot
+    read outside its folder: these are copies, kept equal here)."""
+    rules = PACKAGE_DATA / "prometheus" / "rules" / "gpufleet-alerts.yml"
+    assert (CHART / "files" / "rules" / rules.name).read_bytes() == rules.read_bytes()
+    dashboards = sorted((PACKAGE_DATA / "grafana" / "dashboards").glob("*.json"))
+    assert dashboards
+    assert sorted(p.name for p in (CHART / "files" / "dashboards").glob("*.json")) == [p.name for p in dashboards]
+    for d in dashboards:
+        assert (CHART / "files" / "dashboards" / d.name).read_bytes() == d.read_bytes(), d.name
 
 
 def test_grafana_dashboards_from_the_files_folder(tmp_path: Path) -> None:

@@ -95,7 +95,7 @@ def test_sdk_methods(api: Api) -> None:
     from gpufleet.sdk.client import Client
 
     b = _running(api)
-    with Client("http://testserver", api.secrets["bob"], transport=api.client._transport) as c:  # type: ignore[attr-defined]
+    with Client("http://testserver", api.secrets["bob"], transport=api.sdk_transport) as c:  # type: ignore[attr-defined]
         f = c.report_progress(b, step=10, total_steps=100)
         assert f.job_id == b
         assert c.forecast(b).job_id == b

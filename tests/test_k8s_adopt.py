@@ -95,3 +95,15 @@ def test_shared_gpus_no_node_offers_are_not_adopted_yet(world: tuple[Any, Databa
     assert (stats.adopted, stats.skipped) == (0, 1)
     with db.session(readonly=True) as s:
         assert s.query(JobRow).count() == 0
+
+
+def test_an_adopted_pods_mlflow_run_goes_with_its_job(world: tuple[Any, Database, PodAdopter]) -> None:
+    """A Ray or Kubeflow pod labelled ``mlflow-run-id`` names the run its job's cost is logged to."""
+    core, db, adopter = world
+    pod = _pod("trainer", {"nvidia.com/gpu": "1"})
+    pod["metadata"]["labels"] = {"mlflow-run-id": "0123456789abcdef0123456789abcdef", "project": "vision"}
+    core.create_namespaced_pod(NS, pod)
+    assert adopter.adopt().adopted == 1
+    with db.session(readonly=True) as s:
+        (row,) = s.query(JobRow).all()
+        assert row.labels["mlflow-run-id"] == "0123456789abcdef0123456789abcdef" and row.project == "vision"

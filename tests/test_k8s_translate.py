@@ -1698,6 +1698,12 @@ DCGM_FI_DEV_FB_RESERVED{{gpu="0",{_A},{_MA},{_POD0}}} 570
 DCGM_FI_DEV_FB_RESERVED{{gpu="1",{_A1},{_MA}}} 570
 DCGM_FI_DEV_FB_RESERVED{{gpu="0",{_C},{_MC},{_TS1}}} 360
 DCGM_FI_DEV_FB_RESERVED{{gpu="0",{_C},{_MC},{_TS2}}} 360
+# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).
+# TYPE DCGM_FI_DEV_GPU_TEMP gauge
+DCGM_FI_DEV_GPU_TEMP{{gpu="0",{_A},{_MA},{_POD0}}} 63
+# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{{gpu="0",{_A},{_MA},{_POD0}}} 312.25
 # HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.
 # TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge
 DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu="0",{_B},{_MB},{_MIG1}}} 0.500000
@@ -1719,8 +1725,10 @@ def test_dcgm_scrape() -> None:
     assert a0.uuid == "GPU-2f5e0c1a-9b7d-4c55-8a3e-1d2c3b4a5f60" and a0.time == 1740909600.0
     assert (a0.utilization_pct, a0.memory_used_mib, a0.memory_total_mib) == (87, 61956, 61956 + 19034 + 570)
     assert a0.job_memory_mib == {"research/gf-j-7xq2-r2-0-x8k2p": 61956}
+    assert (a0.temperature_c, a0.power_w) == (63, 312.25)
     a1 = by["node-a", 1]
     assert (a1.utilization_pct, a1.memory_used_mib, a1.job_memory_mib) == (0, 0, {})
+    assert (a1.temperature_c, a1.power_w) == (None, None)  # the exporter did not publish them
     b0 = by["node-b", 0]  # MIG: sums over the slices, utilization weighted by their share
     assert b0.memory_used_mib == 25000 and b0.memory_total_mib == 25000 + 20120 + 4871
     assert b0.utilization_pct == pytest.approx(100 * (0.5 * 3 + 0.7 * 1) / 7)

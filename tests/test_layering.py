@@ -47,8 +47,11 @@ RANKS: dict[str, int] = {
     "sdk": 5,  # a client: see SDK_MAY_IMPORT
     "control": 5,
     "k8s": 5,  # what gpufleet puts in a cluster (CRDs, policies, CR ↔ budget mapping): wire-level
+    "dashboards": 4,  # builds the shipped Grafana JSON from the metric names: data, no server code
+    "experiments": 4,  # the inference cost experiments: measure a device, price it from the catalog
     "api": 6,
     "cli": 6,
+    "agent": 6,  # the MCP tools: a client of the API (through the SDK), like the CLI
     "__main__": 6,
     "__init__": 0,
 }

@@ -145,6 +145,11 @@ def fake_pynvml(processes: dict[Any, list[tuple[int, int]]] | None = None) -> Mo
             raise NVMLError("Not Supported")
         return SimpleNamespace(gpu=55, memory=10)
 
+    def power(h: tuple[Any, ...]) -> int:
+        if h[1] == 1:
+            raise NVMLError("Not Supported")
+        return 251_500  # milliwatts
+
     def mig_handle(h: tuple[Any, ...], j: int) -> tuple[Any, ...]:
         if h[1] != 1 or j not in migs:
             raise NVMLError("Not Found")
@@ -160,6 +165,8 @@ def fake_pynvml(processes: dict[Any, list[tuple[int, int]]] | None = None) -> Mo
         "nvmlDeviceGetUUID": uuid,
         "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(total=80 * GIB, used=(10 + 5 * h[1]) * GIB, free=0),
         "nvmlDeviceGetUtilizationRates": util,
+        "nvmlDeviceGetTemperature": lambda h, sensor: 40 + h[1] if sensor == 0 else 0,
+        "nvmlDeviceGetPowerUsage": power,
         "nvmlDeviceGetMigMode": lambda h: (h[1], h[1]),
         "nvmlDeviceGetMaxMigDeviceCount": lambda h: 7,
         "nvmlDeviceGetMigDeviceHandleByIndex": mig_handle,
@@ -197,6 +204,7 @@ def test_nvml_samples_fold_mig_processes_and_survive_unsupported_calls() -> None
     assert (s0.utilization_pct, s0.memory_used_mib, s0.memory_total_mib) == (55, 10 * 1024, 80 * 1024)
     assert s0.process_memory_mib == {100: 1024}
     assert s1.utilization_pct == 0  # "not supported" in MIG mode
+    assert (s0.temperature_c, s0.power_w, s1.temperature_c, s1.power_w) == (40.0, 251.5, 41.0, None)
     assert s1.process_memory_mib == {200: 3 * 1024}
 
 

@@ -455,7 +455,7 @@ class TestRoundTrip:
         yield from api_support.make_api(tmp_path)
 
     def _client(self, api: Any, who: str) -> Client:
-        return Client("http://testserver", api.secrets[who], transport=api.client._transport, backoff=0)
+        return Client("http://testserver", api.secrets[who], transport=api.sdk_transport, backoff=0)
 
     def test_jobs(self, api: Any) -> None:
         with self._client(api, "alice") as alice:
@@ -496,10 +496,10 @@ class TestRoundTrip:
             created = admin.create_token("gamma", "viewer", "ci", 30)
             assert created.token and created.role == "viewer"
             assert created.id in {t.id for t in admin.tokens()}
-            with Client("http://testserver", created.token, transport=api.client._transport) as viewer:
+            with Client("http://testserver", created.token, transport=api.sdk_transport) as viewer:
                 assert viewer.whoami().team == "gamma"
                 admin.revoke_token(created.id)
-        with Client("http://testserver", "not-a-token", transport=api.client._transport) as nobody:
+        with Client("http://testserver", "not-a-token", transport=api.sdk_transport) as nobody:
             with pytest.raises(Unauthorized) as ei:
                 nobody.whoami()
             assert str(ei.value).startswith("401 ")

@@ -41,7 +41,7 @@ from gpufleet.store.models import Base, JobRow, Token
 
 
 
-HEAD = "0008"  # the newest migration
+HEAD = "0010"  # the newest migration
 
 def submit(
     db: Database,

@@ -63,7 +63,7 @@ def test_one_gpu_shape_is_accepted(api: Api, body: dict[str, Any], shape: dict[s
 def test_the_sdk_refuses_the_conflict(api: Api) -> None:
     from gpufleet.errors import InputError
 
-    with Client("http://testserver", api.secrets["alice"], transport=api.client._transport) as c:
+    with Client("http://testserver", api.secrets["alice"], transport=api.sdk_transport) as c:
         with pytest.raises(InputError) as err:
             c.submit(command=["true"], gpus=1, mig="1g.10gb")
         assert "gpus" in str(err.value) and "mig" in str(err.value)
@@ -93,7 +93,7 @@ def test_a_team_created_on_purpose_takes_jobs(api: Api) -> None:
 @pytest.fixture
 def cli(api: Api, monkeypatch: pytest.MonkeyPatch) -> Api:
     def factory(url: str | None, token: str | None) -> Client:
-        return Client("http://testserver", token or api.secrets["admin"], transport=api.client._transport)
+        return Client("http://testserver", token or api.secrets["admin"], transport=api.sdk_transport)
 
     monkeypatch.setattr(cli_jobs, "make_client", factory)
     return api

@@ -274,7 +274,7 @@ def test_a_server_with_several_teams_is_unaffected(api: Api) -> None:
 
 
 def test_sdk_sets_accounts_and_grants(api: Api) -> None:
-    with Client("http://testserver", api.secrets["admin"], transport=api.client._transport) as admin:
+    with Client("http://testserver", api.secrets["admin"], transport=api.sdk_transport) as admin:
         team = admin.set_team("alpha", run_as=USER, priority_classes=["normal", "high"])
         assert (team.run_as, team.priority_classes) == (USER, ["normal", "high"])
         team = admin.set_team("alpha", weight=2)  # not given: kept
@@ -282,7 +282,7 @@ def test_sdk_sets_accounts_and_grants(api: Api) -> None:
         created = admin.create_token("alpha", "member", "ci", run_as=OTHER_USER)
         assert created.run_as == OTHER_USER
         assert {t.id: t.run_as for t in admin.tokens()}[created.id] == OTHER_USER
-    with Client("http://testserver", created.token, transport=api.client._transport) as ci:
+    with Client("http://testserver", created.token, transport=api.sdk_transport) as ci:
         job = ci.submit(command=["true"], priority="high")
         assert (job.run_as, job.priority) == (OTHER_USER, "high")
 
@@ -292,7 +292,7 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
     for api in make_api(tmp_path):
 
         def factory(url: str | None, token: str | None, api: Api = api) -> Client:
-            return Client("http://testserver", token or api.secrets["admin"], transport=api.client._transport)
+            return Client("http://testserver", token or api.secrets["admin"], transport=api.sdk_transport)
 
         monkeypatch.setattr(cli_jobs, "make_client", factory)
         yield api

@@ -270,6 +270,24 @@ class QueueEntry(_Out):
     blocked: str | None = None
 
 
+class GpuShareOut(_Out):
+    """One running job's hold on one GPU of a node (``GET /v1/nodes``, read-only)."""
+
+    job_id: str | None  # None: another team's job (its id and team are shown to admins and that team only)
+    team: str | None
+    milli: int  # thousandths of the GPU held (1000: all of it; a MIG slice: its compute share)
+    mig: str | None = None  # a MIG slice's profile, e.g. "1g.10gb"
+    mig_mask: int = 0  # a MIG slice's memory slices (bit i = slice i of 8)
+
+
+class GpuAllocOut(_Out):
+    """What running jobs hold on one GPU of a node: whole, in fractions or in MIG slices."""
+
+    index: int
+    allocated_milli: int  # the shares' sum (1000: the GPU is full)
+    shares: list[GpuShareOut] = Field(default_factory=list)
+
+
 class NodeOut(_Out):
     name: str
     gpu_model: str
@@ -283,6 +301,7 @@ class NodeOut(_Out):
     state: str
     allocated_gpus: float  # GPU-equivalents held by running jobs
     running_jobs: int
+    gpus: list[GpuAllocOut] = Field(default_factory=list)  # per GPU (index 0..gpu_count-1): who holds what
 
 
 class TeamIn(_Wire):
@@ -641,3 +660,218 @@ class RoiOut(_Out):
     platform_cost_usd_per_month: float
     payback_months: float | None
     assumptions: list[str]
+
+
+# -- proposals (``/v1/proposals``): actions an agent proposes and a person approves ---------------
+#
+# ``POST /proposals`` (``Idempotency-Key`` header) → 201 ProposalOut (200: a replay);
+# ``GET /proposals`` (``state``, ``limit``) → list[ProposalOut]; ``GET /proposals/{id}``;
+# ``POST /proposals/{id}/approve`` (ProposalApprove, optional) → ProposalOut (``executed`` or
+# ``failed``); ``POST /proposals/{id}/reject`` (ProposalReject) → ProposalOut. See docs/proposals.md.
+
+ProposalAction = Literal[
+    "resize",
+    "change_gpu_type",
+    "move_to_spot",
+    "reschedule_off_peak",
+    "cancel_idle_job",
+    "change_quota",
+    "change_budget",
+]
+# pending → executed | failed (approving executes at once, in the same transaction), rejected, expired
+ProposalState = Literal["pending", "executed", "failed", "rejected", "expired"]
+PROPOSAL_STATES: tuple[str, ...] = ("pending", "executed", "failed", "rejected", "expired")
+
+
+class ResizeParams(_Wire):
+    """A pending job's GPU shape: ``gpus`` whole GPUs per pod, or ``gpu_milli`` thousandths of one shared GPU."""
+
+    gpus: Annotated[int | None, Field(strict=True, ge=1, le=64)] = None
+    gpu_milli: Annotated[int | None, Field(strict=True, ge=1, le=999)] = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> ResizeParams:
+        if (self.gpus is None) == (self.gpu_milli is None):
+            which = "both given" if self.gpus is not None else "neither given"
+            errors = [
+                InitErrorDetails(
+                    type=PydanticCustomError("shape", f"give exactly one of gpus and gpu_milli ({which})"),
+                    loc=(name,),
+                    input=getattr(self, name),
+                )
+                for name in ("gpus", "gpu_milli")
+            ]
+            raise ValidationError.from_exception_data("ResizeParams", errors)
+        return self
+
+
+class ChangeGpuTypeParams(_Wire):
+    """The GPU models a pending job may run on (replacing the ones it allows now)."""
+
+    gpu_types: Annotated[list[Annotated[Printable, Field(min_length=1, max_length=63)]], Field(
+        min_length=1, max_length=16
+    )]
+
+
+class MoveToSpotParams(_Wire):
+    """No parameters: the pending job becomes preemptible, so it may run on spot capacity."""
+
+
+class RescheduleOffPeakParams(_Wire):
+    """Hold a pending job until ``start_after`` (refused: jobs have no start-after time; see docs/proposals.md)."""
+
+    start_after: datetime
+
+
+class CancelIdleJobParams(_Wire):
+    """Cancel a running job whose mean GPU utilization over the last ``window_s`` is at most
+    ``max_utilization_pct`` (checked when proposed and again when approved)."""
+
+    max_utilization_pct: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 10.0
+    window_s: Annotated[float, Field(gt=0, le=7 * 86400, allow_inf_nan=False)] = 3600.0
+
+
+_QuotaModel = Annotated[str, Field(min_length=1, max_length=63)]
+_QuotaGpus = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+
+
+class ChangeQuotaParams(_Wire):
+    """A team's GPU quotas: GPU model (or ``*``) → GPUs; the models named change, the others stay."""
+
+    quota_gpus: Annotated[dict[_QuotaModel, _QuotaGpus], Field(min_length=1, max_length=64)]
+
+
+class ChangeBudgetParams(_Wire):
+    """A budget's limit and/or enforcement action (``throttle`` says what a throttle does)."""
+
+    limit_usd: Annotated[float | None, Field(gt=0, le=1e12, allow_inf_nan=False)] = None
+    action: Literal["alert", "throttle", "block"] | None = None
+    throttle: ThrottleIn | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> ChangeBudgetParams:
+        if self.limit_usd is None and self.action is None and self.throttle is None:
+            errors = [
+                InitErrorDetails(
+                    type=PydanticCustomError("missing", "give limit_usd, action and/or throttle"),
+                    loc=("limit_usd",),
+                    input=None,
+                )
+            ]
+            raise ValidationError.from_exception_data("ChangeBudgetParams", errors)
+        return self
+
+
+# Each action's parameters (the ``params`` of a ProposalIn are validated by the action's model).
+PROPOSAL_PARAMS: dict[str, type[_Wire]] = {
+    "resize": ResizeParams,
+    "change_gpu_type": ChangeGpuTypeParams,
+    "move_to_spot": MoveToSpotParams,
+    "reschedule_off_peak": RescheduleOffPeakParams,
+    "cancel_idle_job": CancelIdleJobParams,
+    "change_quota": ChangeQuotaParams,
+    "change_budget": ChangeBudgetParams,
+}
+# What each action's ``target`` names.
+PROPOSAL_TARGETS: dict[str, str] = {
+    "resize": "job",
+    "change_gpu_type": "job",
+    "move_to_spot": "job",
+    "reschedule_off_peak": "job",
+    "cancel_idle_job": "job",
+    "change_quota": "team",
+    "change_budget": "budget",
+}
+
+
+class ProposalEstimate(_Wire):
+    """The proposer's estimate of the effect: dollars saved a month (negative: it costs more), how
+    sure it is (0..1, as a recommendation's ``confidence``) and what the figure rests on."""
+
+    monthly_savings_usd: Annotated[float, Field(ge=-1e9, le=1e9, allow_inf_nan=False)]
+    confidence: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.5
+    basis: Annotated[SafeText, Field(max_length=2000)] = ""
+
+
+class ProposalIn(_Wire):
+    """A proposed action. ``params`` are the action's (:data:`PROPOSAL_PARAMS`), errors naming
+    ``params.<field>``; ``target`` is a job id, a team name or a budget name/id
+    (:data:`PROPOSAL_TARGETS`). ``effect_window_s``: how long before and after the execution the
+    target's cost rate is measured; ``expires_in_s``: a pending proposal expires after this long
+    (default 7 days)."""
+
+    action: ProposalAction
+    target: Annotated[Printable, Field(min_length=1, max_length=255)]
+    params: Annotated[dict[str, object], Field(max_length=64)] = Field(default_factory=dict)
+    rationale: Annotated[SafeText, Field(max_length=4000)] = ""
+    estimate: ProposalEstimate | None = None
+    effect_window_s: Annotated[float, Field(gt=0, le=30 * 86400, allow_inf_nan=False)] = 3600.0
+    expires_in_s: Annotated[float | None, Field(gt=0, le=90 * 86400, allow_inf_nan=False)] = None
+
+    @model_validator(mode="after")
+    def _typed_params(self) -> ProposalIn:
+        """``params`` checked against the action's model; its errors are named ``params.<field>``."""
+        try:
+            PROPOSAL_PARAMS[self.action].model_validate(self.params)
+        except ValidationError as e:
+            errors = [
+                InitErrorDetails(
+                    type=PydanticCustomError(str(err["type"]), str(err["msg"]).removeprefix("Value error, ")),
+                    loc=("params", *err["loc"]),
+                    input=err.get("input"),
+                )
+                for err in e.errors()
+            ]
+            raise ValidationError.from_exception_data("ProposalIn", errors) from None
+        return self
+
+
+class ProposalApprove(_Wire):
+    reason: Annotated[SafeText, Field(max_length=2000)] = ""
+
+
+class ProposalReject(_Wire):
+    reason: Annotated[SafeText, Field(min_length=1, max_length=2000)]
+
+
+class ProposalEffectOut(_Out):
+    """The measured effect: the target's cost over ``window_s`` before the execution and over as
+    long after it (from the ledger, priced as ``/v1/usage`` prices), as rates and as $/month saved."""
+
+    window_s: float
+    before_start: datetime
+    executed_at: datetime
+    after_end: datetime
+    before_usd: float
+    after_usd: float
+    before_usd_per_hour: float
+    after_usd_per_hour: float
+    monthly_savings_usd: float  # (before − after rate) × hours in a month; negative: it costs more
+    measured_at: datetime
+    note: str = ""
+
+
+class ProposalOut(_Out):
+    id: str
+    action: str
+    target: str
+    team: str | None  # the target's team (None: a cluster-wide budget; admins only)
+    params: dict[str, object]
+    rationale: str
+    estimate: ProposalEstimate | None
+    state: ProposalState
+    proposed_by: str  # token id
+    created_at: datetime
+    expires_at: datetime
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    reason: str = ""  # the approver's or rejecter's words
+    executed_at: datetime | None = None
+    result: str = ""  # what the execution did, or why it failed
+    result_job_id: str | None = None  # the job that replaced the target (job shape changes)
+    change: dict[str, object] = Field(default_factory=dict)  # {"before": {...}, "after": {...}} of the target
+    effect_window_s: float
+    effect_due_at: datetime | None = None  # when the effect can be measured (executed + window)
+    measured: ProposalEffectOut | None = None
+    # measured − estimated $/month saved (None until both exist)
+    estimate_error_usd: float | None = None

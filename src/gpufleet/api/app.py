@@ -26,8 +26,10 @@ from gpufleet.api import problems
 from gpufleet.api.auth import TokenCache
 from gpufleet.api.context import ApiContext
 from gpufleet.api.docs import install as install_docs
-from gpufleet.api.metrics import ApiMetrics, MetricsMiddleware
-from gpufleet.api.routes import budgets, insights, jobs, nodes, queue, system, teams, tokens, usage
+from gpufleet.api.metrics import ApiMetrics, MetricsMiddleware, dcgm_router
+from gpufleet.api.routes import allocation, budgets, insights, jobs, nodes, queue, system, teams, tokens, usage
+from gpufleet.api.routes import proposals as proposal_routes
+from gpufleet.api.ui import install as install_ui
 from gpufleet.wire import (
     CostLineOut,
     FieldError,
@@ -150,9 +152,13 @@ def create_app(ctx: ApiContext) -> FastAPI:
         app.include_router(module.router)
     app.include_router(insights.router)  # progress, forecasts, anomalies, recommendations, ROI
     app.include_router(budgets.router)  # /v1/budgets
+    app.include_router(proposal_routes.router)  # /v1/proposals: agents propose, people approve
+    app.include_router(allocation.router)  # /allocation/compute, /allocation: OpenCost's allocation API
+    app.include_router(dcgm_router)  # /metrics/dcgm: the DCGM exporter's series of the server's own GPUs
     app.include_router(system.v1)
     app.include_router(system.root)
     install_docs(app)  # /docs (Swagger UI), served offline
+    install_ui(app)  # /ui: the web console (static files in the package, same tokens as the API)
     app.add_middleware(BodyLimitMiddleware, max_bytes=ctx.max_body_bytes)  # inside metrics: 413s are counted
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
 

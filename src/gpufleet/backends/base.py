@@ -125,6 +125,8 @@ class GpuSample:
     memory_used_mib: float
     memory_total_mib: float
     job_memory_mib: Mapping[str, float] = field(default_factory=dict)  # job id → MiB its processes use
+    temperature_c: float | None = None  # None: not known (no sensor reading)
+    power_w: float | None = None
 
 
 @runtime_checkable

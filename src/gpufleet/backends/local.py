@@ -726,6 +726,8 @@ class LocalBackend:
                     memory_used_mib=s.memory_used_mib,
                     memory_total_mib=s.memory_total_mib,
                     job_memory_mib=per_job,
+                    temperature_c=s.temperature_c,
+                    power_w=s.power_w,
                 )
             )
         return out

@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
-from gpufleet.cli.common import console, fail, handle_errors
+from gpufleet.cli.common import console, err_console, fail, handle_errors
 from gpufleet.cli.progress import interactive, progress_bar
 from gpufleet.cli.render import Col, make_table
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from gpufleet.experiments.inference.model import Precision
     from gpufleet.sim.experiments.fragmentation import TraceResult
 
 experiment_app = typer.Typer(help="Reproduce research experiments.", no_args_is_help=True)
@@ -147,3 +149,162 @@ def fragmentation(
         return
     for tr in results:
         _render(tr, console)
+
+
+# -------------------------------------------------------------------------------------- inference
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise fail(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise fail(f"{what}: expected integers ≥ 1, got {text!r}")
+    return vals
+
+
+def _floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise fail(f"{what}: expected comma-separated numbers, got {text!r}") from None
+    if not vals or any(not v > 0 for v in vals):
+        raise fail(f"{what}: expected numbers > 0, got {text!r}")
+    return vals
+
+
+@experiment_app.command("inference")
+@handle_errors
+def inference(
+    device: Annotated[str, typer.Option(help="auto (CUDA when available, else the CPU), cpu, cuda, cuda:N.")] = "auto",
+    batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "1,4,8,16,32",
+    precision: Annotated[
+        str | None,
+        typer.Option(help="Precisions (fp32, bf16, fp16, int8), comma-separated. Default: CPU fp32,bf16,int8; "
+                     "CUDA fp32,fp16,bf16."),
+    ] = None,
+    duration: Annotated[float, typer.Option(min=0.05, help="Seconds measured per configuration.")] = 1.0,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="Interleaved slices each configuration's time is measured in.")
+    ] = 4,
+    threads: Annotated[int, typer.Option(min=1, help="CPU threads per configuration (each pinned to a core).")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of the data split, the weights and the load generator.")] = 0,
+    epochs: Annotated[int, typer.Option(min=1, help="Training epochs.")] = 12,
+    max_accuracy_drop: Annotated[
+        float, typer.Option(min=0.0, help="Challenge: accuracy a step may lose (percentage points) and be kept.")
+    ] = 1.0,
+    p99_slo_ms: Annotated[
+        float | None, typer.Option(help="Challenge: reject a step whose p99 exceeds this (ms).", show_default=False)
+    ] = None,
+    project_gpu: Annotated[
+        list[str] | None,
+        typer.Option("--project-gpu", help="GPU type to project by price (repeatable; default T4 and L4)."),
+    ] = None,
+    sharing: Annotated[bool, typer.Option("--sharing", help="Also: two workloads sharing one device.")] = False,
+    scaling: Annotated[bool, typer.Option("--scaling", help="Also: N replicas against an open-loop rate.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Both --sharing and --scaling.")] = False,
+    rates: Annotated[
+        str | None, typer.Option(help="Scaling: request rates per second (default: ¼, ½, 1, 2 × batch-1 throughput).")
+    ] = None,
+    replicas: Annotated[
+        str | None, typer.Option(help="Scaling: replica counts to measure (default 1..cores, at most 4).")
+    ] = None,
+    slo_ms: Annotated[float, typer.Option(min=0.001, help="Scaling: the p99 latency SLO (ms).")] = 25.0,
+    catalog: Annotated[Path | None, typer.Option(help="Price catalog CSV (default: the bundled one).")] = None,
+    usd_per_vcpu_hour: Annotated[
+        float | None, typer.Option(help="CPU price per vCPU-hour (default $0.048, AWS m6i).", show_default=False)
+    ] = None,
+    usd_per_gpu_hour: Annotated[
+        float | None, typer.Option(help="Price of the measured GPU per hour (default: the catalog's).",
+                                   show_default=False),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, whatever the terminal's width.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Write result.json, table.md and a plot here.")] = None,
+    mlflow_uri: Annotated[
+        str | None, typer.Option(help="Log each configuration as an MLflow run (e.g. file:///tmp/mlruns).")
+    ] = None,
+    mlflow_experiment: Annotated[str, typer.Option(help="MLflow experiment name.")] = "gpufleet-inference",
+) -> None:
+    """A real model served for inference on this machine's devices: throughput, latency, accuracy
+    and $ per 1,000 inferences, and the cost optimization challenge (batch 1 FP32 → batch 8 →
+    BF16/FP16 → INT8 → another device type). Needs the ``inference`` extra (PyTorch, scikit-learn)."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise fail(f"needs {' and '.join(missing)}: pip install 'gpufleet[inference]'")
+    if mlflow_uri and importlib.util.find_spec("mlflow") is None:
+        raise fail("--mlflow-uri needs mlflow: pip install 'gpufleet[mlflow]'")
+
+    from gpufleet.experiments.inference import report
+    from gpufleet.experiments.inference.model import PRECISIONS, UnsupportedConfig
+    from gpufleet.experiments.inference.run import DEFAULT_PROJECT_GPUS, InferenceConfig, run_inference_experiment
+    from gpufleet.io.catalog import load_catalog
+
+    precisions: tuple[Precision, ...] | None = None
+    if precision:
+        names = [p.strip().lower() for p in precision.split(",") if p.strip()]
+        bad = [p for p in names if p not in PRECISIONS]
+        if bad or not names:
+            raise fail(f"--precision: unknown {', '.join(bad) or precision!r} (known: {', '.join(PRECISIONS)})")
+        precisions = tuple(next(k for k in PRECISIONS if k == n) for n in names)  # typed as Precision
+    cfg = InferenceConfig(
+        device=device,
+        batches=_ints(batch, "--batch"),
+        precisions=precisions,
+        duration_s=duration,
+        rounds=rounds,
+        threads=threads,
+        seed=seed,
+        epochs=epochs,
+        max_accuracy_drop_pp=max_accuracy_drop,
+        p99_slo_ms=p99_slo_ms,
+        project_gpus=tuple(project_gpu) if project_gpu else DEFAULT_PROJECT_GPUS,
+        usd_per_vcpu_hour=usd_per_vcpu_hour,
+        usd_per_gpu_hour=usd_per_gpu_hour,
+        sharing=sharing or full,
+        scaling=scaling or full,
+        scaling_rates=_floats(rates, "--rates") if rates else None,
+        scaling_replicas=_ints(replicas, "--replicas") if replicas else None,
+        scaling_slo_ms=slo_ms,
+    )
+    prices = load_catalog(catalog)
+    show = interactive(as_json)
+
+    def say(msg: str) -> None:
+        if show:
+            err_console.print(f"[dim]{msg}[/dim]")
+
+    try:
+        res = run_inference_experiment(cfg, prices, progress=say)
+    except UnsupportedConfig as exc:
+        raise fail(str(exc)) from None
+    doc = res.to_dict()
+    if mlflow_uri:
+        from gpufleet.experiments.inference.tracking import log_runs
+
+        doc["mlflow"] = {"uri": mlflow_uri, "experiment": mlflow_experiment,
+                         "run_ids": log_runs(res, mlflow_uri, mlflow_experiment)}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        kind, data = report.plot(res)
+        doc["files"] = [str(out / n) for n in ("result.json", "table.md", f"plot.{kind}")]
+        (out / f"plot.{kind}").write_bytes(data)
+        (out / "table.md").write_text(report.markdown(res), encoding="utf-8")
+        (out / "result.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if as_json:
+        typer.echo(json.dumps(doc))
+        return
+    for tb in report.tables(res):
+        cols = [Col(h, justify="right" if i in tb.right else "left", hide=tb.hide.get(i, 0))
+                for i, h in enumerate(tb.columns)]
+        console.print(make_table(cols, tb.rows, title=tb.title, wide=wide))
+        console.print()
+    for line in report.notes(res):
+        console.print(f"[dim]• {escape(line)}[/dim]")
+    if "mlflow" in doc:
+        console.print(f"MLflow: {len(doc['mlflow']['run_ids'])} runs in {mlflow_experiment!r} at {mlflow_uri}")
+    for f in doc.get("files", []):
+        console.print(f"wrote {f}")

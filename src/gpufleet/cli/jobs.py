@@ -231,6 +231,7 @@ def build_spec(
     cwd: str | None = None,
     budget: float | None = None,
     image: str | None = None,
+    mlflow_run: str | None = None,
 ) -> "JobSubmit":
     """The :class:`JobSubmit` the ``submit`` options describe, validated here so that a mistake is
     reported with the option's name before anything is sent."""
@@ -286,6 +287,14 @@ def build_spec(
         fields["name"] = name
     if budget is not None:
         fields["budget_usd"] = budget
+    if mlflow_run is not None:  # the label mlflow-run-id and MLFLOW_RUN_ID in the job's env
+        from gpufleet.errors import InputError
+        from gpufleet.sdk.client import with_mlflow_run
+
+        try:
+            fields = with_mlflow_run(None, fields, mlflow_run)
+        except InputError as e:
+            raise bad_option("--mlflow-run", str(e).split(": ", 1)[-1]) from None
     try:
         return JobSubmit.model_validate(fields)
     except ValidationError as e:
@@ -407,6 +416,10 @@ def submit(
     image: Annotated[
         str | None, typer.Option("--image", help="container image (Kubernetes backend; ignored on a local server)")
     ] = None,
+    mlflow_run: Annotated[
+        str | None,
+        typer.Option("--mlflow-run", help="MLflow run id: the job's cost is logged to it when it ends"),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the job to end; exit 1 unless it succeeds")] = False,
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", help="resubmitting with the same key returns the same job")
@@ -439,6 +452,7 @@ def submit(
         cwd=cwd,
         budget=budget,
         image=image,
+        mlflow_run=mlflow_run,
     )
     with make_client(url, token) as client:
         job = client.submit(spec, idempotency_key=idempotency_key)

@@ -21,6 +21,7 @@ from gpufleet.cli.common import console, fail, handle_errors
 from gpufleet.cli.db import db_app
 from gpufleet.cli.experiment import experiment_app
 from gpufleet.cli.k8s import k8s_app
+from gpufleet.cli.proposals import proposals_app
 from gpufleet.cli.render import EXIT_CODES_EPILOG, WIDE_HELP, Col, make_table, print_table
 from gpufleet.cli.simulate import simulate
 from gpufleet.cli.up import up
@@ -59,6 +60,8 @@ jobs.register(app)  # API client commands: submit, ls, show, logs, cancel, wait,
 cost.register(app)  # gpufleet cost [...] and cost update-prices
 app.add_typer(budget_app, name="budget")
 optimize.register(app)  # optimize, whatif, roi
+app.add_typer(proposals_app, name="proposals")  # an agent's proposed actions: ls, show, approve, reject
+app.command("mcp")(__import__("gpufleet.cli.mcp", fromlist=["mcp"]).mcp)  # MCP server for agents (imports mcp lazily)
 
 
 @app.command()

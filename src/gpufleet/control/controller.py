@@ -128,8 +128,12 @@ class Controller:
         catalog: PriceCatalog | None = None,
         budgets: BudgetService | None = None,
         periodic: Sequence[Periodic] = (),
+        on_cycle: Callable[[float], None] | None = None,
     ) -> None:
         self.db = db
+        # metrics hook: called with each scheduling cycle's duration in seconds (None: not observed);
+        # Server.app() points it at the API's metrics when the API runs in this process
+        self.on_cycle = on_cycle
         self.periodic = list(periodic)  # the leader's other duties (adoption, custom resources, ...)
         self._periodic_last: dict[str, float] = {}
         self.backend = backend
@@ -173,6 +177,7 @@ class Controller:
             max_gpus=max([8, *(n.gpu_count for n in inventory)]),
         )
         self.loop.run_ending = self._run_ending
+        self.loop.on_cycle = self._cycle_done
         self._last_publish = -math.inf
         self._publish_s = 0.0
         self._last_heartbeat = -math.inf
@@ -465,6 +470,16 @@ class Controller:
                 queue=queue,
                 info=info,
             )
+
+    def _cycle_done(self, seconds: float) -> None:
+        """A scheduling cycle ended: tell the metrics hook (a failing hook never stops scheduling)."""
+        hook = self.on_cycle
+        if hook is None:
+            return
+        try:
+            hook(seconds)
+        except Exception:
+            log.exception("the cycle metrics hook failed")
 
     def _run_ending(self, job_id: str, run: int) -> None:
         """A run ends: its last progress reports are read before it leaves the running set."""

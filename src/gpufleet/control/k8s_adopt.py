@@ -126,7 +126,12 @@ class PodAdopter:
             "namespace": gang.namespace,
             "labels": {
                 k: v
-                for k, v in {LABEL_ADOPTED: gang.key, "cost-center": first.cost_center}.items()
+                for k, v in {
+                    LABEL_ADOPTED: gang.key,
+                    "cost-center": first.cost_center,
+                    # the MLflow run the workload logs to: its cost is logged there when it ends (docs/mlflow.md)
+                    "mlflow-run-id": first.labels.get("mlflow-run-id", ""),
+                }.items()
                 if v
             },
             "priority_class": pc if pc in PRIORITY_CLASSES else "normal",

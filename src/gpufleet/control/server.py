@@ -57,7 +57,7 @@ class Server:
         from gpufleet.api.app import create_app
         from gpufleet.api.context import ApiContext
 
-        return create_app(
+        app = create_app(
             ApiContext(
                 database=self.db,
                 logs_dir=self.settings.home / "logs",
@@ -68,6 +68,9 @@ class Server:
                 **context_settings(self.settings),
             )
         )
+        # the controller runs in this process: its scheduling cycles feed the API's metrics
+        self.controller.on_cycle = app.state.metrics.observe_cycle
+        return app
 
     def serve(self) -> None:
         """Serve until SIGINT/SIGTERM. With ``api_workers`` > 1 the API runs in that many worker
@@ -321,6 +324,15 @@ def build_server(settings: Settings) -> Server:
         controller.periodic.append(
             custom_resources_duty(db, backend, k8s.namespaces, budgets.rules, settings.budget_interval_s)
         )
+    # proposals: expired ones closed, executed ones' measured effect stored (the leader, every minute)
+    from gpufleet.control.proposals import upkeep_duty
+
+    controller.periodic.append(upkeep_duty(db, budgets.rules))
+    if settings.mlflow.enabled:  # ended jobs that name an MLflow run: their cost logged to it (docs/mlflow.md)
+        from gpufleet.control.mlflow_sync import MlflowSync
+
+        sync = MlflowSync(db, settings.mlflow, rules=budgets.rules, is_leader=lambda: controller.is_leader)
+        controller.periodic.append(Periodic("mlflow sync", settings.mlflow.interval_s, sync.tick))
     write_private_file(home / SERVER_FILE, json.dumps({"url": settings.url}) + "\n")
     job_logs = None
     if settings.backend == "kubernetes":

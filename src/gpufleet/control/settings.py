@@ -69,6 +69,34 @@ class WebhookSettings(BaseModel):
         return self
 
 
+class MlflowSettings(BaseModel):
+    """``mlflow``: what jobs that name an MLflow run get logged to it when they end (docs/mlflow.md):
+    cost, GPU-hours and improvement per dollar as metrics, team/project/experiment as tags. Needs
+    the optional extra (``pip install 'gpufleet[mlflow]'``); ``GPUFLEET_MLFLOW__TRACKING_URI``..."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True  # sync jobs that name a run (label mlflow-run-id, or MLFLOW_RUN_ID in their env)
+    # The tracking server of jobs whose env has no MLFLOW_TRACKING_URI of its own. None: only jobs
+    # that name their own are logged.
+    tracking_uri: str | None = Field(None, min_length=1, max_length=2048)
+    # What a job's own MLFLOW_TRACKING_URI may start with: the server connects to it (with its own
+    # MLFLOW_TRACKING_TOKEN, if set) and writes there, so a shared server does not follow a job to a
+    # file path or sqlite file of the server's. Empty: jobs' own URIs are never used.
+    job_tracking_uris: list[str] = Field(default_factory=lambda: ["http://", "https://"])
+    # ROI: the run's metric whose history (last − first; first − last for "min") is the model's
+    # improvement, per dollar. A job's label mlflow-roi-metric (``val_loss:min``) overrides it.
+    roi_metric: str | None = Field("accuracy", min_length=1, max_length=250)
+    roi_direction: Literal["max", "min"] = "max"
+    interval_s: float = Field(15.0, gt=0, le=3600)  # how often ended jobs are looked for
+    retry_min_s: float = Field(30.0, gt=0)  # a failed log is retried after this, doubling ...
+    retry_max_s: float = Field(1800.0, gt=0)  # ... up to this
+    # Jobs that ended longer ago than this are not looked for after a restart, and a log that still
+    # fails this long after its job ended is given up (a job event says so).
+    give_up_after_s: float = Field(7 * 86400.0, gt=0)
+    request_timeout_s: float = Field(10.0, gt=0, le=600)  # one MLflow HTTP request (MLflow's own retries: off)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", env_nested_delimiter="__", extra="forbid")
 
@@ -76,6 +104,7 @@ class Settings(BaseSettings):
     backend: Literal["local", "kubernetes"] = "local"  # this machine's GPUs, or a cluster's
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     webhook: WebhookSettings = Field(default_factory=WebhookSettings)  # the admission webhook (HTTPS)
+    mlflow: MlflowSettings = Field(default_factory=MlflowSettings)  # log jobs' cost to their MLflow runs
     db: str | None = None  # SQLAlchemy URL; None: sqlite:///<home>/gpufleet.db
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)

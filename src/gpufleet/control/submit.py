@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpufleet.control.mlflow_sync import mlflow_labels
 from gpufleet.errors import InputError, PermissionDeniedError
 from gpufleet.model.gpu import GPU_MODELS, MILLI, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
@@ -127,7 +128,7 @@ def prepare_submit(body: JobSubmit, *, caller_team: str, caller_role: Role) -> P
         "project": body.project,
         "namespace": body.namespace or "default",
         "experiment": body.experiment,
-        "labels": dict(body.labels),
+        "labels": mlflow_labels(body.labels, body.env),  # MLFLOW_RUN_ID in env → label mlflow-run-id
         "priority_class": body.priority,
         "command": list(body.command),
         "env": dict(body.env),

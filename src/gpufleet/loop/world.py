@@ -150,6 +150,9 @@ class WorldLoop:
         # the world's hook when a run ends, before it leaves the running set (the server reads the
         # run's last progress reports there)
         self.run_ending: Callable[[str, int], None] | None = None
+        # the world's hook after each scheduling cycle, with its duration in seconds (the server's
+        # metrics); None: nothing observes cycles
+        self.on_cycle: Callable[[float], None] | None = None
         # capabilities are checked once, here: a backend that cannot provision gets no scale-ups
         caps = backend.capabilities
         self.provisioner: Provisioner | None = (
@@ -373,6 +376,8 @@ class WorldLoop:
         self._scale_up(decisions, now)
         self.stats.cycles += 1
         self.stats.last_cycle_ms = (time.perf_counter() - t0) * 1000
+        if self.on_cycle is not None:
+            self.on_cycle(self.stats.last_cycle_ms / 1000)
         return decisions
 
     def _bind(self, pl: Placement, now: float) -> None:

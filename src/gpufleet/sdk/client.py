@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import ValidationError
 
+from gpufleet.errors import InputError
 from gpufleet.sdk.calls import (
     API_PREFIX,
     _anomalies_call,
@@ -54,6 +58,7 @@ from gpufleet.sdk.calls import (
     _team_in,
     _token_call,
     _usage_call,
+    input_error_from,
 )
 from gpufleet.sdk.config import resolve_token, resolve_url
 from gpufleet.sdk.errors import ServerUnavailable, WaitTimeout, error_from_response
@@ -68,6 +73,11 @@ from gpufleet.wire import (
     JobOut,
     JobSubmit,
     NodeOut,
+    ProposalApprove,
+    ProposalEstimate,
+    ProposalIn,
+    ProposalOut,
+    ProposalReject,
     QueueEntry,
     RecommendationOut,
     RoiOut,
@@ -86,6 +96,33 @@ T = TypeVar("T")
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 PAGE_SIZE = 100
 _RETRYABLE_TRANSPORT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+# An MLflow run a job names (the server's gpufleet.control.mlflow_sync.RUN_LABEL; the SDK imports nothing of it)
+MLFLOW_RUN_LABEL = "mlflow-run-id"
+MLFLOW_RUN_ENV = "MLFLOW_RUN_ID"
+_MLFLOW_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")  # the server's rule (mlflow_sync.RUN_ID)
+
+
+def with_mlflow_run(spec: JobSubmit | None, fields: Mapping[str, Any], run_id: str | None) -> dict[str, Any]:
+    """``fields`` of a submit with the job naming MLflow run ``run_id``: the label ``mlflow-run-id``
+    (the server logs the job's cost, GPU-hours and improvement per dollar to that run when it ends)
+    and ``MLFLOW_RUN_ID`` in its env (so ``mlflow.start_run()`` in the job resumes that run). The
+    labels and env are the keywords', else the spec's, plus those two; a different value already
+    there is an :class:`InputError`."""
+    out = dict(fields)
+    run = (run_id or "").strip()
+    if not run:
+        return out
+    if not _MLFLOW_RUN_ID.fullmatch(run):
+        raise InputError(f"{run[:80]!r} is not an MLflow run id (e.g. 32 hex digits)", field="mlflow_run")
+    for name, key in (("labels", MLFLOW_RUN_LABEL), ("env", MLFLOW_RUN_ENV)):
+        base = out[name] if name in out else (getattr(spec, name) if spec is not None else {})
+        merged = dict(base or {})
+        if merged.get(key, run) != run:
+            raise InputError(f"mlflow_run {run!r} conflicts with {name}[{key}] {merged[key]!r}", field="mlflow_run")
+        merged[key] = run
+        out[name] = merged
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ sync
@@ -175,10 +212,19 @@ class Client:
 
     # -- jobs
 
-    def submit(self, spec: JobSubmit | None = None, /, *, idempotency_key: str | None = None, **fields: Any) -> JobOut:
+    def submit(
+        self,
+        spec: JobSubmit | None = None,
+        /,
+        *,
+        idempotency_key: str | None = None,
+        mlflow_run: str | None = None,
+        **fields: Any,
+    ) -> JobOut:
         """Submit a job (a :class:`~gpufleet.wire.JobSubmit`, or its fields as keywords, or both: the
-        keywords override). Retries reuse one ``Idempotency-Key``, so at most one job is created."""
-        return self._do(_submit_call(spec, idempotency_key, fields))
+        keywords override). Retries reuse one ``Idempotency-Key``, so at most one job is created.
+        ``mlflow_run``: the MLflow run the job logs to (see :func:`with_mlflow_run`)."""
+        return self._do(_submit_call(spec, idempotency_key, with_mlflow_run(spec, fields, mlflow_run)))
 
     def get(self, job_id: str) -> JobOut:
         return self._do(_Call("GET", _job_path(job_id), _model(JobOut)))
@@ -410,6 +456,47 @@ class Client:
         """Savings against a fixed on-demand cluster sized for the peak, by lever."""
         return self._do(_roi_call(window, platform_cost_usd, platform_cost_usd_per_month))
 
+    # -- proposals: an agent proposes an action, a person approves it (docs/proposals.md)
+
+    def propose(
+        self,
+        action: str,
+        target: str,
+        params: Mapping[str, Any] | None = None,
+        rationale: str = "",
+        estimate: ProposalEstimate | Mapping[str, Any] | None = None,
+        *,
+        effect_window_s: float | None = None,
+        expires_in_s: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> ProposalOut:
+        """Propose ``action`` on ``target`` (a job id, a team, a budget) with its ``params``, why
+        (``rationale``) and the expected effect (``estimate``: ``monthly_savings_usd``,
+        ``confidence`` 0..1, ``basis``). It stays pending — nothing changes — until a person
+        approves it. Retries reuse one ``Idempotency-Key``, so at most one proposal is made."""
+        return self._do(
+            _propose_call(
+                action, target, params, rationale, estimate, effect_window_s, expires_in_s, idempotency_key
+            )
+        )
+
+    def proposals(self, state: str | None = None, *, limit: int = 100) -> builtins.list[ProposalOut]:
+        """Proposals newest first (``state``: pending, executed, failed, rejected, expired)."""
+        return self._do(_proposals_call(state, limit))
+
+    def proposal(self, proposal_id: str) -> ProposalOut:
+        """A proposal with its estimated and (once measured) real effect on cost."""
+        return self._do(_Call("GET", _proposal_path(proposal_id), _model(ProposalOut)))
+
+    def approve(self, proposal_id: str, reason: str = "") -> ProposalOut:
+        """Approve a pending proposal: its action is executed at once (``executed``, or ``failed``
+        with why). Not with the token that proposed it."""
+        return self._do(_decide_call(proposal_id, "approve", _approve_body(reason)))
+
+    def reject(self, proposal_id: str, reason: str) -> ProposalOut:
+        """Reject a pending proposal (nothing changes)."""
+        return self._do(_decide_call(proposal_id, "reject", _reject_body(reason)))
+
 
 # ------------------------------------------------------------------------------------------------ async
 
@@ -494,9 +581,15 @@ class AsyncClient:
         return call.parse(await self._send(call))
 
     async def submit(
-        self, spec: JobSubmit | None = None, /, *, idempotency_key: str | None = None, **fields: Any
+        self,
+        spec: JobSubmit | None = None,
+        /,
+        *,
+        idempotency_key: str | None = None,
+        mlflow_run: str | None = None,
+        **fields: Any,
     ) -> JobOut:
-        return await self._do(_submit_call(spec, idempotency_key, fields))
+        return await self._do(_submit_call(spec, idempotency_key, with_mlflow_run(spec, fields, mlflow_run)))
 
     async def get(self, job_id: str) -> JobOut:
         return await self._do(_Call("GET", _job_path(job_id), _model(JobOut)))
@@ -697,3 +790,99 @@ class AsyncClient:
         self, window: str = "30d", platform_cost_usd: float = 0.0, platform_cost_usd_per_month: float = 0.0
     ) -> RoiOut:
         return await self._do(_roi_call(window, platform_cost_usd, platform_cost_usd_per_month))
+
+    # -- proposals
+
+    async def propose(
+        self,
+        action: str,
+        target: str,
+        params: Mapping[str, Any] | None = None,
+        rationale: str = "",
+        estimate: ProposalEstimate | Mapping[str, Any] | None = None,
+        *,
+        effect_window_s: float | None = None,
+        expires_in_s: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> ProposalOut:
+        return await self._do(
+            _propose_call(
+                action, target, params, rationale, estimate, effect_window_s, expires_in_s, idempotency_key
+            )
+        )
+
+    async def proposals(self, state: str | None = None, *, limit: int = 100) -> builtins.list[ProposalOut]:
+        return await self._do(_proposals_call(state, limit))
+
+    async def proposal(self, proposal_id: str) -> ProposalOut:
+        return await self._do(_Call("GET", _proposal_path(proposal_id), _model(ProposalOut)))
+
+    async def approve(self, proposal_id: str, reason: str = "") -> ProposalOut:
+        return await self._do(_decide_call(proposal_id, "approve", _approve_body(reason)))
+
+    async def reject(self, proposal_id: str, reason: str) -> ProposalOut:
+        return await self._do(_decide_call(proposal_id, "reject", _reject_body(reason)))
+
+
+# ------------------------------------------------------------------------------------------- proposals
+
+
+def _proposal_path(proposal_id: str, suffix: str = "") -> str:
+    if not proposal_id or "/" in proposal_id:
+        raise InputError(f"not a proposal id: {proposal_id!r}", field="proposal_id")
+    return f"{API_PREFIX}/proposals/{quote(proposal_id, safe='')}{suffix}"
+
+
+def _propose_call(
+    action: str,
+    target: str,
+    params: Mapping[str, Any] | None,
+    rationale: str,
+    estimate: ProposalEstimate | Mapping[str, Any] | None,
+    effect_window_s: float | None,
+    expires_in_s: float | None,
+    idempotency_key: str | None,
+) -> _Call[ProposalOut]:
+    fields: dict[str, Any] = {"action": action, "target": target, "params": dict(params or {})}
+    if rationale:
+        fields["rationale"] = rationale
+    if estimate is not None:
+        fields["estimate"] = estimate.model_dump() if isinstance(estimate, ProposalEstimate) else dict(estimate)
+    if effect_window_s is not None:
+        fields["effect_window_s"] = effect_window_s
+    if expires_in_s is not None:
+        fields["expires_in_s"] = expires_in_s
+    try:
+        body = ProposalIn.model_validate(fields)
+    except ValidationError as e:
+        raise input_error_from(e) from None
+    return _Call(
+        "POST",
+        f"{API_PREFIX}/proposals",
+        _model(ProposalOut),
+        json=body.model_dump(mode="json", exclude_defaults=True),
+        headers={"Idempotency-Key": idempotency_key or str(uuid.uuid4())},
+    )
+
+
+def _proposals_call(state: str | None, limit: int) -> _Call[builtins.list[ProposalOut]]:
+    params = [("limit", str(limit))] + ([("state", state)] if state else [])
+    return _Call("GET", f"{API_PREFIX}/proposals", _models(ProposalOut), params=params)
+
+
+def _approve_body(reason: str) -> ProposalApprove:
+    try:
+        return ProposalApprove(reason=reason)
+    except ValidationError as e:
+        raise input_error_from(e) from None
+
+
+def _reject_body(reason: str) -> ProposalReject:
+    try:
+        return ProposalReject(reason=reason)
+    except ValidationError as e:
+        raise input_error_from(e) from None
+
+
+def _decide_call(proposal_id: str, verb: str, body: ProposalApprove | ProposalReject) -> _Call[ProposalOut]:
+    return _Call("POST", _proposal_path(proposal_id, f"/{verb}"), _model(ProposalOut), json=body.model_dump())

@@ -248,6 +248,9 @@ class GpuSampleRow(Base):
     utilization_pct: Mapped[float | None] = mapped_column(Float, default=None)
     memory_used_mib: Mapped[float] = mapped_column(Float, default=0.0)
     memory_total_mib: Mapped[float | None] = mapped_column(Float, default=None)
+    uuid: Mapped[str | None] = mapped_column(String(96), default=None)  # the GPU's (NVML/DCGM), since 0010
+    temperature_c: Mapped[float | None] = mapped_column(Float, default=None)
+    power_w: Mapped[float | None] = mapped_column(Float, default=None)
 
 
 class ControllerRow(Base):
@@ -354,3 +357,49 @@ class NotificationRow(Base):
     next_attempt_at: Mapped[float] = mapped_column(Float)
     last_error: Mapped[str] = mapped_column(Text, default="")
     sent_at: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class ProposalRow(Base):
+    """An action an agent proposed (migration 0009): pending until a person approves it (then it is
+    executed at once: ``executed`` or ``failed``) or rejects it, or it expires. After the execution
+    the target's cost over ``effect_window_s`` before and after is measured from the ledger."""
+
+    __tablename__ = "proposals"
+    __table_args__ = (
+        UniqueConstraint("proposed_by", "idempotency_key", name="uq_proposals_idempotency"),
+        Index("ix_proposals_state", "state", "seq"),
+        Index("ix_proposals_team", "team", "seq"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)  # the order they came in
+    id: Mapped[str] = mapped_column(String(32), unique=True)
+    action: Mapped[str] = mapped_column(String(32))
+    target: Mapped[str] = mapped_column(String(255))  # a job id, a team, a budget (name or id)
+    team: Mapped[str | None] = mapped_column(String(63), default=None)  # the target's; NULL: admins only
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    rationale: Mapped[str] = mapped_column(Text, default="")
+    # the proposer's estimate
+    est_monthly_savings_usd: Mapped[float | None] = mapped_column(Float, default=None)
+    est_confidence: Mapped[float | None] = mapped_column(Float, default=None)
+    est_basis: Mapped[str] = mapped_column(Text, default="")
+    # pending | executed | failed | rejected | expired
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    proposed_by: Mapped[str] = mapped_column(String(32))  # token id
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), default=None)
+    request_sha256: Mapped[str | None] = mapped_column(String(64), default=None)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    decided_by: Mapped[str | None] = mapped_column(String(32), default=None)  # token id
+    decided_at: Mapped[float | None] = mapped_column(Float, default=None)
+    reason: Mapped[str] = mapped_column(Text, default="")  # the decider's words
+    executed_at: Mapped[float | None] = mapped_column(Float, default=None)
+    result: Mapped[str] = mapped_column(Text, default="")  # what the execution did, or why it failed
+    result_job_id: Mapped[str | None] = mapped_column(String(32), default=None)  # a replacement job
+    change: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # {"before": {...}, "after": {...}}
+    # the measured effect: the target's cost in the window before and after the execution
+    effect_window_s: Mapped[float] = mapped_column(Float)
+    measured_before_usd: Mapped[float | None] = mapped_column(Float, default=None)
+    measured_after_usd: Mapped[float | None] = mapped_column(Float, default=None)
+    measured_monthly_savings_usd: Mapped[float | None] = mapped_column(Float, default=None)
+    measured_at: Mapped[float | None] = mapped_column(Float, default=None)
+    measure_note: Mapped[str] = mapped_column(Text, default="")

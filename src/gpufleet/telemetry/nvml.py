@@ -118,6 +118,8 @@ class NvmlSample:
     memory_used_mib: float
     memory_total_mib: float
     process_memory_mib: dict[int, float] = field(default_factory=dict)  # pid → MiB on this GPU
+    temperature_c: float | None = None  # the GPU core's (None: NVML cannot say)
+    power_w: float | None = None
 
 
 def load_pynvml() -> ModuleType | None:
@@ -225,6 +227,8 @@ class Nvml:
             util = self._call(self._lib.nvmlDeviceGetUtilizationRates, h)
             mem = self._call(self._lib.nvmlDeviceGetMemoryInfo, h)
             procs = self._processes(h)
+            temp = self._optional("nvmlDeviceGetTemperature", h, 0)  # sensor 0: NVML_TEMPERATURE_GPU
+            milliwatts = self._optional("nvmlDeviceGetPowerUsage", h)
             for mh in self._mig_handles(h):
                 for pid, mib in self._processes(mh).items():
                     procs[pid] = procs.get(pid, 0.0) + mib
@@ -237,9 +241,16 @@ class Nvml:
                     memory_used_mib=float(mem.used) / MIB if mem is not None else 0.0,
                     memory_total_mib=float(mem.total) / MIB if mem is not None else 0.0,
                     process_memory_mib=procs,
+                    temperature_c=float(temp) if temp is not None else None,
+                    power_w=float(milliwatts) / 1000.0 if milliwatts is not None else None,
                 )
             )
         return out
+
+    def _optional(self, name: str, *args: Any) -> Any:
+        """An NVML reading some GPUs or bindings do not offer (a sensor): None when it is absent."""
+        fn = getattr(self._lib, name, None)
+        return None if fn is None else self._call(fn, *args)
 
     def _mig_handles(self, handle: Any) -> list[Any]:
         assert self._lib is not None

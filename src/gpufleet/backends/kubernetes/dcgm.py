@@ -37,7 +37,9 @@ FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
 FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
 GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-METRICS = frozenset({GPU_UTIL, FB_USED, FB_FREE, FB_RESERVED, GR_ENGINE_ACTIVE})
+GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
+POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
+METRICS = frozenset({GPU_UTIL, FB_USED, FB_FREE, FB_RESERVED, GR_ENGINE_ACTIVE, GPU_TEMP, POWER_USAGE})
 
 _POD_LABELS = ("pod", "pod_name", "exported_pod")
 _NAMESPACE_LABELS = ("namespace", "pod_namespace", "exported_namespace")
@@ -160,6 +162,8 @@ def _sample(host: str, index: int, gpu: _Gpu, now: float) -> GpuSample:
         memory_used_mib=used,
         memory_total_mib=total,
         job_memory_mib=job_memory,
+        temperature_c=dev.values.get(GPU_TEMP),
+        power_w=dev.values.get(POWER_USAGE),
     )
 
 

@@ -1,0 +1,379 @@
+"""What ``/metrics`` reads from the store at scrape time: aggregate queries, one per family group."""
+
+# Every function takes the session and never commits (like the rest of :mod:`gpufleet.store.repo`).
+# They are cheap by design: ``GROUP BY`` counts over jobs, runs and events, the open runs, the node
+# rows and the latest telemetry sample per GPU; the money figures go through
+# :func:`gpufleet.cost.spend.spend_report` on a ledger from :func:`load_ledger` or
+# :func:`load_pod_ledger` (the caller caches them for a few seconds).
+#
+# Pods. A run of a job is a *pod* in the metrics and in the OpenCost allocation API:
+# ``<job_id>-r<run>`` on the server's own GPUs (a node labelled ``gpufleet.io/backend=local``);
+# on a Kubernetes cluster the name of the ``batch/v1`` Job the run created (``gf-<job_id>-r<run>``,
+# :func:`gpufleet.backends.kubernetes.objects.job_name`), whose pods are ``<that>-<suffix>`` — the
+# store does not record the pods' generated suffixes.
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy.orm import Session
+
+from gpufleet.backends.kubernetes.objects import job_name
+from gpufleet.cost.ledger import Ledger, LedgerError, NodeInterval
+from gpufleet.cost.opencost import POD_JOB_LABEL
+from gpufleet.model.node import CapacityType
+from gpufleet.store.convert import pod_share_units
+from gpufleet.store.models import GpuSampleRow, JobEventRow, JobRow, NodeIntervalRow, NodeRow, RunRow, UsageSegmentRow
+from gpufleet.store.repo.segments import _add_clipped, _open_share, _Seg
+
+BACKEND_LABEL = "gpufleet.io/backend"  # "local" on the server's own node (backends/local.py)
+PROVISIONED_LABEL = "gpufleet.io/provisioned"  # "true" on nodes the autoscaler made (Karpenter NodeClaims)
+POOL_LABEL = "gpufleet.io/pool"
+WAITING_STATES = ("PENDING", "PREEMPTED")
+
+
+def is_local(labels: Mapping[str, Any] | None) -> bool:
+    """A node of the server's own GPUs (the local backend), not a cluster's."""
+    return str((labels or {}).get(BACKEND_LABEL, "")) == "local"
+
+
+def pod_name(job_id: str, run: int, pods: int = 1, *, local: bool = True) -> str:
+    """The pod a run is (see the module docstring)."""
+    return f"{job_id}-r{run}" if local else job_name(job_id, run, max(1, pods))
+
+
+# -- the ledger's start, and ledgers by pod ---------------------------------------------------------
+
+
+def ledger_start(s: Session) -> float | None:
+    """When the store's ledger starts: the first node interval (None: no node ever recorded)."""
+    value = s.scalar(select(func.min(NodeIntervalRow.start)))
+    return None if value is None else float(value)
+
+
+def _intervals(s: Session, start: float, end: float, now: float, ledger: Ledger) -> dict[str, list[NodeInterval]]:
+    rows = s.scalars(
+        select(NodeIntervalRow)
+        .where(NodeIntervalRow.start <= end, or_(NodeIntervalRow.end.is_(None), NodeIntervalRow.end >= start))
+        .order_by(NodeIntervalRow.node, NodeIntervalRow.start)
+    )
+    out: dict[str, list[NodeInterval]] = defaultdict(list)
+    for r in rows:
+        try:
+            iv = NodeInterval(
+                r.node,
+                r.pool,
+                r.gpu_model,
+                r.gpu_count,
+                r.cpu_milli,
+                r.memory_mib,
+                CapacityType(r.capacity_type),
+                r.hourly_usd,
+                r.start,
+                r.end if r.end is not None else max(now, r.start),
+            )
+            ledger.add_node(iv)
+        except (LedgerError, ValueError):
+            continue  # load_ledger logs these; the same rows are skipped the same way here
+        out[r.node].append(iv)
+    return out
+
+
+def load_pod_ledger(s: Session, start: float, end: float, now: float, *, open_only: bool = False) -> Ledger:
+    """:func:`gpufleet.store.repo.load_ledger` with each usage record's ``job_id`` replaced by its
+    pod's name (:func:`pod_name`) and the job id kept as the label ``gpufleet.io/job``: the same
+    node intervals and the same clipping, so a report by ``job_id`` over it is a report by pod,
+    priced the same way. ``open_only``: only the runs still open (no stored segment)."""
+    ledger = Ledger()
+    intervals = _intervals(s, start, end, now, ledger)
+    local = {name: is_local(labels) for name, labels in s.execute(select(NodeRow.name, NodeRow.labels))}
+    records: list[_Seg] = []
+    if not open_only:
+        seg_q = (
+            select(UsageSegmentRow, JobRow.pods)
+            .join(JobRow, JobRow.id == UsageSegmentRow.job_id, isouter=True)
+            .where(UsageSegmentRow.start < end, UsageSegmentRow.end > start)
+            .order_by(UsageSegmentRow.id)
+        )
+        for sr, pods in s.execute(seg_q):
+            labels = {str(k): str(v) for k, v in (sr.labels or {}).items()}
+            labels[POD_JOB_LABEL] = sr.job_id
+            records.append(
+                _Seg(
+                    job_id=pod_name(sr.job_id, sr.run, pods or 1, local=local.get(sr.node, True)),
+                    team=sr.team,
+                    project=sr.project,
+                    namespace=sr.namespace,
+                    experiment=sr.experiment,
+                    labels=labels,
+                    node=sr.node,
+                    share_units=sr.gpu_share_units,
+                    cpu_milli=sr.cpu_milli,
+                    memory_mib=sr.memory_mib,
+                    start=sr.start,
+                    end=sr.end,
+                    priority_class=sr.priority_class or "normal",
+                )
+            )
+    open_q = (
+        select(RunRow, JobRow)
+        .join(JobRow, JobRow.id == RunRow.job_id)
+        .where(RunRow.ended_at.is_(None), RunRow.started_at.is_not(None), RunRow.started_at < end)
+        .order_by(RunRow.job_id, RunRow.run)
+    )
+    for run, job in s.execute(open_q):
+        assert run.started_at is not None
+        if now <= run.started_at:
+            continue
+        per_node: dict[str, int] = defaultdict(int)
+        for pod in run.placement or [{"node": run.node}]:
+            per_node[str(pod.get("node", run.node))] += 1
+        labels = {str(k): str(v) for k, v in (job.labels or {}).items()}
+        labels[POD_JOB_LABEL] = job.id
+        for node_name, n in per_node.items():
+            records.append(
+                _Seg(
+                    job_id=pod_name(job.id, run.run, job.pods, local=local.get(node_name, True)),
+                    team=job.team,
+                    project=job.project,
+                    namespace=job.namespace,
+                    experiment=job.experiment,
+                    labels=labels,
+                    node=node_name,
+                    share_units=_open_share(job, n),
+                    cpu_milli=job.cpu_milli * n,
+                    memory_mib=job.memory_mib * n,
+                    start=run.started_at,
+                    end=now,
+                    priority_class=job.priority_class or "normal",
+                )
+            )
+    for rec in records:
+        _add_clipped(ledger, intervals.get(rec.node, []), rec, start, end)
+    return ledger
+
+
+# -- running pods ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpenPod:
+    """What one open (started) run holds on one node now, with that node's current price and shape."""
+
+    job_id: str
+    run: int
+    pod: str
+    team: str
+    project: str
+    namespace: str
+    priority_class: str
+    node: str
+    gpu_model: str
+    capacity_type: str
+    gpu_share_units: int  # 1/7000 GPU, all its pods on this node
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[int, ...]  # GPU indices it holds on the node
+    node_hourly_usd: float
+    node_gpu_count: int
+    node_cpu_milli: int
+    node_memory_mib: int
+    started_at: float
+
+
+def open_pods(s: Session) -> list[OpenPod]:
+    """Every started, not ended run, one entry per node of its placement (pods on one node summed),
+    with the node's current row (a run on a node the store no longer has is left out)."""
+    nodes = {n.name: n for n in s.scalars(select(NodeRow))}
+    q = (
+        select(RunRow, JobRow)
+        .join(JobRow, JobRow.id == RunRow.job_id)
+        .where(RunRow.ended_at.is_(None), RunRow.started_at.is_not(None))
+        .order_by(RunRow.job_id, RunRow.run)
+    )
+    out: list[OpenPod] = []
+    for run, job in s.execute(q):
+        assert run.started_at is not None
+        per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for p in run.placement or [{"node": run.node}]:
+            per_node[str(p.get("node", run.node))].append(p)
+        for node_name, pods in per_node.items():
+            node = nodes.get(node_name)
+            if node is None:
+                continue
+            gpus = sorted({int(g) for p in pods for g in (p.get("gpus") or ())})
+            out.append(
+                OpenPod(
+                    job_id=job.id,
+                    run=run.run,
+                    pod=pod_name(job.id, run.run, job.pods, local=is_local(node.labels)),
+                    team=job.team,
+                    project=job.project,
+                    namespace=job.namespace,
+                    priority_class=job.priority_class or "normal",
+                    node=node_name,
+                    gpu_model=node.gpu_model,
+                    capacity_type=node.capacity_type,
+                    gpu_share_units=pod_share_units(job, node.gpu_model) * len(pods),
+                    cpu_milli=job.cpu_milli * len(pods),
+                    memory_mib=job.memory_mib * len(pods),
+                    gpus=tuple(gpus),
+                    node_hourly_usd=node.hourly_price_usd,
+                    node_gpu_count=node.gpu_count,
+                    node_cpu_milli=node.cpu_milli,
+                    node_memory_mib=node.memory_mib,
+                    started_at=run.started_at,
+                )
+            )
+    return out
+
+
+def live_nodes(s: Session) -> list[NodeRow]:
+    """The nodes that are not removed, by name."""
+    return list(s.scalars(select(NodeRow).where(NodeRow.state != "removed").order_by(NodeRow.name)))
+
+
+# -- the queue and the scheduler's counters -------------------------------------------------------
+
+
+def waiting_teams(s: Session) -> dict[str, str]:
+    """Job id → team of every job waiting (PENDING, or PREEMPTED on its way back to the queue)."""
+    q = select(JobRow.id, JobRow.team).where(JobRow.state.in_(WAITING_STATES))
+    return {str(i): str(t) for i, t in s.execute(q)}
+
+
+def queue_wait_histogram(s: Session, buckets: Sequence[float]) -> list[tuple[str, list[int], int, float]]:
+    """Submit → first start of every job that has started, by team: ``(team, cumulative counts per
+    bucket upper bound, count, sum of seconds)`` — one ``GROUP BY`` with a ``CASE`` per bucket."""
+    wait = case((JobRow.started_at >= JobRow.submitted_at, JobRow.started_at - JobRow.submitted_at), else_=0.0)
+    cols = [func.sum(case((wait <= b, 1), else_=0)) for b in buckets]
+    q = (
+        select(JobRow.team, func.count(), func.coalesce(func.sum(wait), 0.0), *cols)
+        .where(JobRow.started_at.is_not(None))
+        .group_by(JobRow.team)
+        .order_by(JobRow.team)
+    )
+    out = []
+    for row in s.execute(q):
+        team, n, total, *counts = row
+        out.append((str(team), [int(c or 0) for c in counts], int(n), float(total or 0.0)))
+    return out
+
+
+def admissions_by_team(s: Session) -> dict[str, int]:
+    """How many times each team's jobs were admitted (``→ ADMITTED`` transitions: a requeued job
+    admitted again counts again)."""
+    q = (
+        select(JobRow.team, func.count())
+        .select_from(JobEventRow)
+        .join(JobRow, JobRow.id == JobEventRow.job_id)
+        .where(JobEventRow.new == "ADMITTED")
+        .group_by(JobRow.team)
+    )
+    return {str(t): int(n) for t, n in s.execute(q)}
+
+
+# Why a run ended and its job went back to the queue (the world loop's rules, loop/world.py):
+# preempted by the scheduler (its stop reason says why), or lost with its node — spot capacity
+# taken back, or any other loss (a node removed, a restart that found the run gone).
+REQUEUE_REASONS = ("priority", "quota_reclaim", "spot_interruption", "lost")
+
+
+def requeues_by_team(s: Session) -> list[tuple[str, str, int]]:
+    """``(team, reason, runs)`` of the runs that ended for a preemption or were lost (reasons:
+    :data:`REQUEUE_REASONS`): one ``GROUP BY`` over the ended runs."""
+    reason = case(
+        (and_(RunRow.outcome == "lost", RunRow.capacity_type == "spot"), "spot_interruption"),
+        (RunRow.stop_requested.like("preempt: quota%"), "quota_reclaim"),
+        (RunRow.stop_requested.like("preempt:%"), "priority"),
+        else_="lost",
+    )
+    preempted = and_(RunRow.stop_requested.like("preempt:%"), RunRow.outcome.in_(("stopped", "failed", "lost")))
+    q = (
+        select(JobRow.team, reason, func.count())
+        .select_from(RunRow)
+        .join(JobRow, JobRow.id == RunRow.job_id)
+        .where(RunRow.ended_at.is_not(None), or_(preempted, RunRow.outcome == "lost"))
+        .group_by(JobRow.team, reason)
+    )
+    return [(str(t), str(r), int(n)) for t, r, n in s.execute(q)]
+
+
+def autoscaled_nodes(s: Session) -> list[tuple[str, str, int]]:
+    """``(pool, action, nodes)``: nodes the autoscaler provisioned (label ``gpufleet.io/provisioned``)
+    — ``scale_up`` for each one recorded, ``scale_down`` for each one since removed."""
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for pool, labels, state in s.execute(select(NodeRow.pool, NodeRow.labels, NodeRow.state)):
+        labels = labels or {}
+        if str(labels.get(PROVISIONED_LABEL, "")).lower() != "true":
+            continue
+        name = str(labels.get(POOL_LABEL) or pool)
+        counts[(name, "scale_up")] += 1
+        if state == "removed":
+            counts[(name, "scale_down")] += 1
+    return [(p, a, n) for (p, a), n in sorted(counts.items())]
+
+
+# -- GPU telemetry ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """The latest stored sample of one GPU of a local node (DCGM exporter's view of it)."""
+
+    node: str
+    gpu_index: int
+    gpu_model: str
+    time: float
+    utilization_pct: float | None
+    memory_used_mib: float
+    memory_total_mib: float | None
+    uuid: str = ""  # "" for samples stored before migration 0010
+    temperature_c: float | None = None  # None: not measured
+    power_w: float | None = None
+
+
+def latest_gpu_samples(s: Session, since: float) -> list[GpuReading]:
+    """The latest whole-GPU sample (``job_id`` NULL) of each GPU of a local node, taken at or after
+    ``since`` (older ones are stale: that GPU is left out)."""
+    latest = (
+        select(GpuSampleRow.node, GpuSampleRow.gpu_index, func.max(GpuSampleRow.time).label("t"))
+        .where(GpuSampleRow.job_id.is_(None), GpuSampleRow.time >= since)
+        .group_by(GpuSampleRow.node, GpuSampleRow.gpu_index)
+        .subquery()
+    )
+    q = (
+        select(GpuSampleRow, NodeRow.gpu_model, NodeRow.labels)
+        .join(
+            latest,
+            and_(
+                GpuSampleRow.node == latest.c.node,
+                GpuSampleRow.gpu_index == latest.c.gpu_index,
+                GpuSampleRow.time == latest.c.t,
+            ),
+        )
+        .join(NodeRow, NodeRow.name == GpuSampleRow.node)
+        .where(GpuSampleRow.job_id.is_(None))
+        .order_by(GpuSampleRow.node, GpuSampleRow.gpu_index, GpuSampleRow.id)
+    )
+    out: dict[tuple[str, int], GpuReading] = {}
+    for row, model, labels in s.execute(q):
+        if not is_local(labels):
+            continue  # a cluster's GPUs: the DCGM exporter there publishes them itself
+        out[(row.node, row.gpu_index)] = GpuReading(
+            node=row.node,
+            gpu_index=row.gpu_index,
+            gpu_model=model,
+            time=row.time,
+            utilization_pct=row.utilization_pct,
+            memory_used_mib=row.memory_used_mib,
+            memory_total_mib=row.memory_total_mib,
+            uuid=row.uuid or "",
+            temperature_c=row.temperature_c,
+            power_w=row.power_w,
+        )
+    return [out[k] for k in sorted(out)]
