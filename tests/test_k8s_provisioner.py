@@ -42,9 +42,9 @@ from gpufleet.model.job import GpuRequest, Job, JobSpec, PodPlacement
 from gpufleet.model.node import CapacityType, Node, SharingMode
 from gpufleet.scheduling.profile import load_profile
 from tests.k8s.cluster import Cluster
+from tests.k8s.crdcheck import CRDS, check_cel, validate_crd
 from tests.k8s.jobcontroller import JobController
 from tests.k8s.kubelet import KubeletConfig
-from tests.test_k8s_translate import CRDS, check_cel, validate_crd
 
 pytest_plugins = ["tests.k8s.fixtures"]
 pytestmark = pytest.mark.slow

@@ -16,13 +16,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -55,10 +53,9 @@ from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.errors import InputError
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import CapacityType, SharingMode
+from tests.k8s.crdcheck import CRDS, check_cel, validate_builtin, validate_crd
 
 T = TypeVar("T")
-CRDS = Path("/work/shared/k8s/crds")
-K8S_VERSIONS = ("1.29", "1.33")
 
 
 @pytest.fixture(scope="module")
@@ -1208,11 +1205,6 @@ def test_cost_limit_accepts_a_dollar_sign() -> None:
 # == objects: Kubernetes' own schemas ==============================================================
 
 
-def validate_builtin(obj: dict[str, Any]) -> None:
-    for version in K8S_VERSIONS:
-        kubernetes_validate.validate(obj, version, strict=True)
-
-
 def test_the_validator_rejects_unknown_fields_and_bad_values() -> None:
     job = batch_job("j-1", 1, namespace="ml", image="img", command=["true"])
     bad = copy.deepcopy(job)
@@ -1421,76 +1413,8 @@ def test_binding_eviction_and_status_patch_are_valid() -> None:
 # == objects: Karpenter's CRDs =====================================================================
 
 
-def crd_schema(path: Path) -> dict[str, Any]:
-    """The v1 openAPIV3Schema of a CRD as JSON Schema: ``nullable`` → a null type too,
-    ``x-kubernetes-int-or-string`` → integer or string, objects with properties reject unknown
-    fields unless ``x-kubernetes-preserve-unknown-fields``; the other extensions are dropped."""
-    crd = yaml.safe_load(path.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-
-    def convert(node: Any) -> Any:
-        if isinstance(node, list):
-            return [convert(n) for n in node]
-        if not isinstance(node, dict):
-            return node
-        out = {k: convert(v) for k, v in node.items() if not k.startswith("x-kubernetes-") and k != "nullable"}
-        if node.get("x-kubernetes-int-or-string") and "anyOf" not in out:
-            out.pop("type", None)
-            out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-        if node.get("nullable") and "type" in out:
-            out["type"] = [out["type"], "null"]
-        if (
-            out.get("type") == "object"
-            and "properties" in out
-            and "additionalProperties" not in out
-            and not node.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            out["additionalProperties"] = False
-        return out
-
-    return convert(version["schema"]["openAPIV3Schema"])  # type: ignore[no-any-return]
-
-
-def check_cel(path: Path, obj: dict[str, Any]) -> int:
-    """Evaluate the CRD's CEL rules that do not compare with the old object; returns how many ran."""
-    celpy = pytest.importorskip("celpy")
-    from celpy import celtypes
-
-    crd = yaml.safe_load(path.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    env = celpy.Environment()
-
-    def find(s: Any, pattern: Any) -> Any:
-        m = re.search(str(pattern), str(s))
-        return celtypes.StringType(m.group(0) if m else "")
-
-    ran = 0
-
-    def walk(schema: dict[str, Any], data: Any, where: str) -> None:
-        nonlocal ran
-        for rule in schema.get("x-kubernetes-validations", []):
-            if "oldSelf" in rule["rule"]:
-                continue
-            program = env.program(env.compile(rule["rule"]), functions={"find": find})
-            assert program.evaluate({"self": celpy.json_to_cel(data)}), f"{where}: {rule['message']}"
-            ran += 1
-        if isinstance(data, dict):
-            for k, v in data.items():
-                sub = schema.get("properties", {}).get(k) or schema.get("additionalProperties")
-                if isinstance(sub, dict):
-                    walk(sub, v, f"{where}.{k}")
-        elif isinstance(data, list) and isinstance(schema.get("items"), dict):
-            for i, item in enumerate(data):
-                walk(schema["items"], item, f"{where}[{i}]")
-
-    walk(version["schema"]["openAPIV3Schema"], obj, "")
-    return ran
-
-
-def validate_crd(path: Path, obj: dict[str, Any]) -> None:
-    jsonschema.Draft202012Validator(crd_schema(path)).validate(obj)
-    # ObjectMeta is the API server's to check: validate it as a ConfigMap's
-    validate_builtin({"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]})
+# crd_schema, check_cel and validate_crd: tests/k8s/crdcheck.py (the CRD's openAPIV3Schema as JSON
+# Schema, its CEL rules that need no old object, ObjectMeta as the API server checks it)
 
 
 NODEPOOL: dict[str, Any] = {

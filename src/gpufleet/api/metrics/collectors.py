@@ -389,7 +389,7 @@ class StoreCollector(Collector):
             pods = scrape.open_pods(s)
             first = min((p.started_at for p in pods), default=None)
             if first is not None and now > first:
-                pod_ledger = scrape.load_pod_ledger(s, first, now, now, open_only=True)
+                pod_ledger = repo.load_ledger(s, first, now, now, by_pod=True, open_only=True)
                 rep = spend_report(
                     pod_ledger,
                     first,

@@ -33,7 +33,6 @@ from gpufleet.cost.report import Filters
 from gpufleet.cost.spend import spend_report
 from gpufleet.errors import InputError
 from gpufleet.store import repo
-from gpufleet.store.repo.scrape import load_pod_ledger
 from gpufleet.wire import FieldError
 
 router = APIRouter(tags=["opencost"])
@@ -83,9 +82,8 @@ def _compute(
     fields = opencost.grouping(dims, flt, by_pod=by_pod)
     team = None if who.is_admin else who.team
     query = opencost.AllocationQuery(tuple(dims), flt, with_idle, by_pod, team)
-    load = load_pod_ledger if by_pod else repo.load_ledger
     with ctx.database.session(readonly=True) as s:
-        ledger = load(s, win.start, win.end, now)
+        ledger = repo.load_ledger(s, win.start, win.end, now, by_pod=by_pod)
     sets: list[dict[str, dict[str, Any]]] = []
     for start, end in windows:
         try:
@@ -109,6 +107,7 @@ _SUMMARY = "OpenCost-compatible cost allocation"
 
 
 @router.get("/allocation/compute", response_class=JSONResponse, responses=_BAD, summary=_SUMMARY)
+@router.get("/allocation", response_class=JSONResponse, responses=_BAD, summary=_SUMMARY)
 def allocation_compute(
     request: Request,
     ctx: Ctx,
@@ -121,22 +120,6 @@ def allocation_compute(
     shareIdle: _Text = None,
     filter: _Text = None,
 ) -> Response:
-    """Costs and resources by ``aggregate`` over ``window`` (OpenCost's ``/allocation/compute``)."""
-    return _compute(request, ctx, who, window, aggregate, accumulate, step, idle, shareIdle, filter)
-
-
-@router.get("/allocation", response_class=JSONResponse, responses=_BAD, summary=_SUMMARY)
-def allocation(
-    request: Request,
-    ctx: Ctx,
-    who: Caller,
-    window: _Text = None,
-    aggregate: _Text = None,
-    accumulate: _Text = None,
-    step: _Text = None,
-    idle: _Text = None,
-    shareIdle: _Text = None,
-    filter: _Text = None,
-) -> Response:
-    """The same as ``/allocation/compute`` (OpenCost's ``/allocation``)."""
+    """Costs and resources by ``aggregate`` over ``window`` (OpenCost's ``/allocation/compute``, and
+    its older path ``/allocation``)."""
     return _compute(request, ctx, who, window, aggregate, accumulate, step, idle, shareIdle, filter)

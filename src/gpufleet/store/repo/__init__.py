@@ -47,6 +47,7 @@ from gpufleet.store.repo.jobs import (
     transition,
 )
 from gpufleet.store.repo.nodes import gpu_capacity, list_nodes, node_intervals, node_models, remove_node, upsert_node
+from gpufleet.store.repo.pods import is_local, pod_name
 from gpufleet.store.repo.proposals import (
     MAX_PROPOSALS_PAGE,
     decide_proposal,
@@ -74,13 +75,10 @@ from gpufleet.store.repo.runs import (
 from gpufleet.store.repo.scrape import (
     admissions_by_team,
     autoscaled_nodes,
-    is_local,
     latest_gpu_samples,
     ledger_start,
     live_nodes,
-    load_pod_ledger,
     open_pods,
-    pod_name,
     queue_wait_histogram,
     requeues_by_team,
     waiting_teams,
@@ -143,7 +141,6 @@ __all__ = [
     "list_tokens",
     "live_nodes",
     "load_ledger",
-    "load_pod_ledger",
     "mark_run_started",
     "node_intervals",
     "node_models",

@@ -4,7 +4,7 @@
 # They are cheap by design: ``GROUP BY`` counts over jobs, runs and events, the open runs, the node
 # rows and the latest telemetry sample per GPU; the money figures go through
 # :func:`gpufleet.cost.spend.spend_report` on a ledger from :func:`load_ledger` or
-# :func:`load_pod_ledger` (the caller caches them for a few seconds).
+# ``load_ledger(..., by_pod=True)`` (the caller caches them for a few seconds).
 #
 # Pods. A run of a job is a *pod* in the metrics and in the OpenCost allocation API:
 # ``<job_id>-r<run>`` on the server's own GPUs (a node labelled ``gpufleet.io/backend=local``);
@@ -15,146 +15,29 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
-from gpufleet.backends.kubernetes.objects import job_name
-from gpufleet.cost.ledger import Ledger, LedgerError, NodeInterval
-from gpufleet.cost.opencost import POD_JOB_LABEL
-from gpufleet.model.node import CapacityType
 from gpufleet.store.convert import pod_share_units
-from gpufleet.store.models import GpuSampleRow, JobEventRow, JobRow, NodeIntervalRow, NodeRow, RunRow, UsageSegmentRow
-from gpufleet.store.repo.segments import _add_clipped, _open_share, _Seg
+from gpufleet.store.models import GpuSampleRow, JobEventRow, JobRow, NodeIntervalRow, NodeRow, RunRow
+from gpufleet.store.repo.pods import is_local, pod_name
 
-BACKEND_LABEL = "gpufleet.io/backend"  # "local" on the server's own node (backends/local.py)
 PROVISIONED_LABEL = "gpufleet.io/provisioned"  # "true" on nodes the autoscaler made (Karpenter NodeClaims)
 POOL_LABEL = "gpufleet.io/pool"
 WAITING_STATES = ("PENDING", "PREEMPTED")
 
 
-def is_local(labels: Mapping[str, Any] | None) -> bool:
-    """A node of the server's own GPUs (the local backend), not a cluster's."""
-    return str((labels or {}).get(BACKEND_LABEL, "")) == "local"
-
-
-def pod_name(job_id: str, run: int, pods: int = 1, *, local: bool = True) -> str:
-    """The pod a run is (see the module docstring)."""
-    return f"{job_id}-r{run}" if local else job_name(job_id, run, max(1, pods))
-
-
-# -- the ledger's start, and ledgers by pod ---------------------------------------------------------
+# -- the ledger's start ---------------------------------------------------------
 
 
 def ledger_start(s: Session) -> float | None:
     """When the store's ledger starts: the first node interval (None: no node ever recorded)."""
     value = s.scalar(select(func.min(NodeIntervalRow.start)))
     return None if value is None else float(value)
-
-
-def _intervals(s: Session, start: float, end: float, now: float, ledger: Ledger) -> dict[str, list[NodeInterval]]:
-    rows = s.scalars(
-        select(NodeIntervalRow)
-        .where(NodeIntervalRow.start <= end, or_(NodeIntervalRow.end.is_(None), NodeIntervalRow.end >= start))
-        .order_by(NodeIntervalRow.node, NodeIntervalRow.start)
-    )
-    out: dict[str, list[NodeInterval]] = defaultdict(list)
-    for r in rows:
-        try:
-            iv = NodeInterval(
-                r.node,
-                r.pool,
-                r.gpu_model,
-                r.gpu_count,
-                r.cpu_milli,
-                r.memory_mib,
-                CapacityType(r.capacity_type),
-                r.hourly_usd,
-                r.start,
-                r.end if r.end is not None else max(now, r.start),
-            )
-            ledger.add_node(iv)
-        except (LedgerError, ValueError):
-            continue  # load_ledger logs these; the same rows are skipped the same way here
-        out[r.node].append(iv)
-    return out
-
-
-def load_pod_ledger(s: Session, start: float, end: float, now: float, *, open_only: bool = False) -> Ledger:
-    """:func:`gpufleet.store.repo.load_ledger` with each usage record's ``job_id`` replaced by its
-    pod's name (:func:`pod_name`) and the job id kept as the label ``gpufleet.io/job``: the same
-    node intervals and the same clipping, so a report by ``job_id`` over it is a report by pod,
-    priced the same way. ``open_only``: only the runs still open (no stored segment)."""
-    ledger = Ledger()
-    intervals = _intervals(s, start, end, now, ledger)
-    local = {name: is_local(labels) for name, labels in s.execute(select(NodeRow.name, NodeRow.labels))}
-    records: list[_Seg] = []
-    if not open_only:
-        seg_q = (
-            select(UsageSegmentRow, JobRow.pods)
-            .join(JobRow, JobRow.id == UsageSegmentRow.job_id, isouter=True)
-            .where(UsageSegmentRow.start < end, UsageSegmentRow.end > start)
-            .order_by(UsageSegmentRow.id)
-        )
-        for sr, pods in s.execute(seg_q):
-            labels = {str(k): str(v) for k, v in (sr.labels or {}).items()}
-            labels[POD_JOB_LABEL] = sr.job_id
-            records.append(
-                _Seg(
-                    job_id=pod_name(sr.job_id, sr.run, pods or 1, local=local.get(sr.node, True)),
-                    team=sr.team,
-                    project=sr.project,
-                    namespace=sr.namespace,
-                    experiment=sr.experiment,
-                    labels=labels,
-                    node=sr.node,
-                    share_units=sr.gpu_share_units,
-                    cpu_milli=sr.cpu_milli,
-                    memory_mib=sr.memory_mib,
-                    start=sr.start,
-                    end=sr.end,
-                    priority_class=sr.priority_class or "normal",
-                )
-            )
-    open_q = (
-        select(RunRow, JobRow)
-        .join(JobRow, JobRow.id == RunRow.job_id)
-        .where(RunRow.ended_at.is_(None), RunRow.started_at.is_not(None), RunRow.started_at < end)
-        .order_by(RunRow.job_id, RunRow.run)
-    )
-    for run, job in s.execute(open_q):
-        assert run.started_at is not None
-        if now <= run.started_at:
-            continue
-        per_node: dict[str, int] = defaultdict(int)
-        for pod in run.placement or [{"node": run.node}]:
-            per_node[str(pod.get("node", run.node))] += 1
-        labels = {str(k): str(v) for k, v in (job.labels or {}).items()}
-        labels[POD_JOB_LABEL] = job.id
-        for node_name, n in per_node.items():
-            records.append(
-                _Seg(
-                    job_id=pod_name(job.id, run.run, job.pods, local=local.get(node_name, True)),
-                    team=job.team,
-                    project=job.project,
-                    namespace=job.namespace,
-                    experiment=job.experiment,
-                    labels=labels,
-                    node=node_name,
-                    share_units=_open_share(job, n),
-                    cpu_milli=job.cpu_milli * n,
-                    memory_mib=job.memory_mib * n,
-                    start=run.started_at,
-                    end=now,
-                    priority_class=job.priority_class or "normal",
-                )
-            )
-    for rec in records:
-        _add_clipped(ledger, intervals.get(rec.node, []), rec, start, end)
-    return ledger
 
 
 # -- running pods ----------------------------------------------------------------------------------

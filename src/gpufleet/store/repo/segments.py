@@ -13,10 +13,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpufleet.cost.ledger import SHARE_UNITS, Ledger, LedgerError, NodeInterval, UsageSegment
+from gpufleet.cost.opencost import POD_JOB_LABEL
 from gpufleet.errors import InputError
 from gpufleet.model.node import CapacityType
 from gpufleet.store.convert import pod_share_units
 from gpufleet.store.models import JobRow, NodeIntervalRow, NodeRow, RunRow, UsageSegmentRow
+from gpufleet.store.repo.pods import is_local, pod_name
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +122,9 @@ class _Seg:
     priority_class: str
 
 
-def load_ledger(s: Session, start: float, end: float, now: float) -> Ledger:
+def load_ledger(
+    s: Session, start: float, end: float, now: float, *, by_pod: bool = False, open_only: bool = False
+) -> Ledger:
     """The ledger of the window ``[start, end]`` as of ``now``: node intervals overlapping it (open
     ones end at ``now``), stored segments overlapping it, and every open run that has started as a
     segment ending at ``now``. Pass it to :func:`gpufleet.cost.ledger.allocate` with the same window.
@@ -128,9 +132,94 @@ def load_ledger(s: Session, start: float, end: float, now: float) -> Ledger:
     Each usage record is clipped to the window and split over its node's intervals, taking the
     pool, model, capacity type and price of each interval (a price change during a run bills each
     part at its own price). A part outside every recorded interval (data from before the node was
-    recorded) is skipped with a warning, as is a record that contradicts its node."""
+    recorded) is skipped with a warning, as is a record that contradicts its node.
+
+    ``by_pod``: each record's ``job_id`` is its pod's name (:func:`gpufleet.store.repo.pods.pod_name`)
+    and the job id is kept as the label ``gpufleet.io/job``, so a report by ``job_id`` is a report
+    by pod, priced the same way (the metrics and OpenCost's allocation API). ``open_only``: only the
+    runs still open (no stored segment)."""
     ledger = Ledger()
-    # 1. Node intervals overlapping the window.
+    intervals = _node_intervals(s, start, end, now, ledger)
+    local: dict[str, bool] = {}
+    if by_pod:
+        local = {name: is_local(labels) for name, labels in s.execute(select(NodeRow.name, NodeRow.labels))}
+
+    def key(job_id: str, run: int, pods: int, node: str) -> str:
+        return pod_name(job_id, run, pods, local=local.get(node, True)) if by_pod else job_id
+
+    def labels_of(labels: Any, job_id: str) -> dict[str, str]:
+        out = {str(k): str(v) for k, v in (labels or {}).items()}
+        if by_pod:
+            out[POD_JOB_LABEL] = job_id
+        return out
+
+    records: list[_Seg] = []
+    if not open_only:  # stored segments overlapping the window
+        seg_q = (
+            select(UsageSegmentRow, JobRow.pods)
+            .join(JobRow, JobRow.id == UsageSegmentRow.job_id, isouter=True)
+            .where(UsageSegmentRow.start < end, UsageSegmentRow.end > start)
+            .order_by(UsageSegmentRow.id)
+        )
+        for sr, pods in s.execute(seg_q):
+            records.append(
+                _Seg(
+                    job_id=key(sr.job_id, sr.run, pods or 1, sr.node),
+                    team=sr.team,
+                    project=sr.project,
+                    namespace=sr.namespace,
+                    experiment=sr.experiment,
+                    labels=labels_of(sr.labels, sr.job_id),
+                    node=sr.node,
+                    share_units=sr.gpu_share_units,
+                    cpu_milli=sr.cpu_milli,
+                    memory_mib=sr.memory_mib,
+                    start=sr.start,
+                    end=sr.end,
+                    priority_class=sr.priority_class or "normal",
+                )
+            )
+
+    # Open runs, metered from their start to now (one record per node of their placement).
+    open_q = (
+        select(RunRow, JobRow)
+        .join(JobRow, JobRow.id == RunRow.job_id)
+        .where(RunRow.ended_at.is_(None), RunRow.started_at.is_not(None), RunRow.started_at < end)
+        .order_by(RunRow.job_id, RunRow.run)
+    )
+    for run, job in s.execute(open_q):
+        assert run.started_at is not None
+        if now <= run.started_at:
+            continue
+        per_node: dict[str, int] = defaultdict(int)
+        for pod in run.placement or [{"node": run.node}]:
+            per_node[str(pod.get("node", run.node))] += 1
+        for node_name, n in per_node.items():
+            records.append(
+                _Seg(
+                    job_id=key(job.id, run.run, job.pods, node_name),
+                    team=job.team,
+                    project=job.project,
+                    namespace=job.namespace,
+                    experiment=job.experiment,
+                    labels=labels_of(job.labels, job.id),
+                    node=node_name,
+                    share_units=_open_share(job, n),
+                    cpu_milli=job.cpu_milli * n,
+                    memory_mib=job.memory_mib * n,
+                    start=run.started_at,
+                    end=now,
+                    priority_class=job.priority_class or "normal",
+                )
+            )
+
+    for rec in records:
+        _add_clipped(ledger, intervals.get(rec.node, []), rec, start, end)
+    return ledger
+
+
+def _node_intervals(s: Session, start: float, end: float, now: float, ledger: Ledger) -> dict[str, list[NodeInterval]]:
+    """The node intervals overlapping the window, added to ``ledger``, by node (open ones end at ``now``)."""
     iv_rows = s.scalars(
         select(NodeIntervalRow)
         .where(NodeIntervalRow.start <= end, or_(NodeIntervalRow.end.is_(None), NodeIntervalRow.end >= start))
@@ -157,69 +246,7 @@ def load_ledger(s: Session, start: float, end: float, now: float) -> Ledger:
             log.warning("ledger: skipping node interval %s of %s: %s", r.id, r.node, e)
             continue
         intervals[r.node].append(iv)
-
-    # 2. Stored segments overlapping the window.
-    records: list[_Seg] = []
-    seg_rows = s.scalars(
-        select(UsageSegmentRow)
-        .where(UsageSegmentRow.start < end, UsageSegmentRow.end > start)
-        .order_by(UsageSegmentRow.id)
-    )
-    for sr in seg_rows:
-        records.append(
-            _Seg(
-                job_id=sr.job_id,
-                team=sr.team,
-                project=sr.project,
-                namespace=sr.namespace,
-                experiment=sr.experiment,
-                labels={str(k): str(v) for k, v in (sr.labels or {}).items()},
-                node=sr.node,
-                share_units=sr.gpu_share_units,
-                cpu_milli=sr.cpu_milli,
-                memory_mib=sr.memory_mib,
-                start=sr.start,
-                end=sr.end,
-                priority_class=sr.priority_class or "normal",
-            )
-        )
-
-    # 3. Open runs, metered from their start to now (one record per node of their placement).
-    open_q = (
-        select(RunRow, JobRow)
-        .join(JobRow, JobRow.id == RunRow.job_id)
-        .where(RunRow.ended_at.is_(None), RunRow.started_at.is_not(None), RunRow.started_at < end)
-        .order_by(RunRow.job_id, RunRow.run)
-    )
-    for run, job in s.execute(open_q):
-        assert run.started_at is not None
-        if now <= run.started_at:
-            continue
-        pods: dict[str, int] = defaultdict(int)
-        for pod in run.placement or [{"node": run.node}]:
-            pods[str(pod.get("node", run.node))] += 1
-        for node_name, n in pods.items():
-            records.append(
-                _Seg(
-                    job_id=job.id,
-                    team=job.team,
-                    project=job.project,
-                    namespace=job.namespace,
-                    experiment=job.experiment,
-                    labels={str(k): str(v) for k, v in (job.labels or {}).items()},
-                    node=node_name,
-                    share_units=_open_share(job, n),
-                    cpu_milli=job.cpu_milli * n,
-                    memory_mib=job.memory_mib * n,
-                    start=run.started_at,
-                    end=now,
-                    priority_class=job.priority_class or "normal",
-                )
-            )
-
-    for rec in records:
-        _add_clipped(ledger, intervals.get(rec.node, []), rec, start, end)
-    return ledger
+    return intervals
 
 
 def _open_share(job: JobRow, pods: int) -> Callable[[str], int]:
