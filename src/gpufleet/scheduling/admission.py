@@ -399,7 +399,7 @@ class QuotaCheck:
         verdict = sched.quotas.admit(job.team, job.spec.total_gpu_milli, snap.gpu_types, sched.usage)
         type_ok = pod.type_ok & verdict.type_ok[: len(pod.type_ok)]
         if not type_ok.any():
-            status = sched._try_reclaim(
+            status = sched.try_reclaim(
                 snap, job, pod, verdict.within_nominal, ctx.state.running, ctx.gone, ctx.out, ctx.now
             )
             why = "reclaiming quota lent to the cohort" if status.ok else verdict.reason

@@ -6,10 +6,12 @@ Phases (numbered as in DESIGN.md):
 2. admit each job: the configured admission checks in order (``scheduling/admission.py``; default
    feasibility, quota, budget) each admit it — possibly narrowing its pod request (GPU types, spot
    only) —, hold it this cycle (UNSCHEDULABLE) or reject it as never runnable (UNRESOLVABLE);
-3. filter, score and reserve in the snapshot (gangs all or nothing);
-4. when a job does not fit: try preemption (PostFilter); if it still waits and is the first such
-   job, make its EASY-backfill reservation: later jobs may only use the reserved nodes if they end
-   (by their runtime estimate) before the reservation's shadow time; collect it for the autoscaler;
+3. filter, score and reserve in the snapshot (gangs all or nothing, on one kind of node:
+   ``scheduling/gang.py``);
+4. when a job does not fit: try preemption (PostFilter, planned in ``scheduling/preemption.py``); if
+   it still waits and is the first such job, make its EASY-backfill reservation
+   (``scheduling/backfill.py``): later jobs may only use the reserved nodes if they end (by their
+   runtime estimate) before the reservation's shadow time; collect it for the autoscaler;
 5. emit decisions (placements are already reserved; the caller binds them, and on failure calls
    :meth:`Scheduler.unreserve`);
 6. scale down nodes idle past their TTL (on the autoscaler's timer, :meth:`Scheduler.autoscale`).
@@ -38,7 +40,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job
 from gpufleet.scheduling.admission import (
     DEFAULT_CHECKS,
@@ -50,6 +51,7 @@ from gpufleet.scheduling.admission import (
     build_checks,
 )
 from gpufleet.scheduling.autoscaler import Autoscaler, AutoscalerConfig
+from gpufleet.scheduling.backfill import BACKFILL_MODES, RunningByEnd, has_estimate, reservation
 from gpufleet.scheduling.decisions import ClusterState, Decisions, Placement, Preemption
 from gpufleet.scheduling.framework import (
     SUCCESS,
@@ -62,13 +64,13 @@ from gpufleet.scheduling.framework import (
     aligned_diff,
     diff_queue,
 )
-from gpufleet.scheduling.placement.base import commit, place_one, uncommit
-from gpufleet.scheduling.preemption import PreemptionGraph, RunningJob, VictimFilter, plan_preemption
+from gpufleet.scheduling.gang import place_gang
+from gpufleet.scheduling.placement.base import uncommit
+from gpufleet.scheduling.preemption import PreemptionGraph, RunningJob, choose_preemption, choose_reclaim
 from gpufleet.scheduling.quota import QuotaPolicy
-from gpufleet.scheduling.snapshot import SHARING_CODE, Assignment, ClusterSnapshot, PodRequest
+from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot, PodRequest
 from gpufleet.scheduling.usage import UsageTracker
 
-BACKFILL_MODES = ("easy", "greedy", "strict")
 # The autoscaler plans for at most this many blocked jobs per cycle (in queue order); it opens at
 # most ``max_new_nodes_per_cycle`` nodes anyway, and the next cycle sees the rest.
 MAX_BLOCKED_FOR_AUTOSCALER = 512
@@ -86,15 +88,6 @@ class CycleConfig:
     max_spot_restarts: int = 3  # after this many spot interruptions a job runs on-demand only
     autoscaler: AutoscalerConfig = field(default_factory=AutoscalerConfig)
     admission: tuple[str, ...] = DEFAULT_CHECKS  # admission checks (by registered name), in order
-
-
-def _by_est_end(rj: RunningJob) -> tuple[float, str]:
-    return (rj.est_end, rj.job.id)
-
-
-def _has_estimate(job: Job) -> bool:
-    """Can the job ever end before an EASY shadow time (it has a runtime estimate)?"""
-    return (job.spec.estimated_runtime_s or job.spec.max_runtime_s) is not None
 
 
 def key_failed(base_key: tuple[object, ...], failed: set[tuple[object, ...]]) -> bool:
@@ -148,10 +141,7 @@ class Scheduler:
         # estimate does not change while a job waits)
         self._queued_est: dict[tuple[object, ...], list[tuple[float, int]]] = {}
         # running jobs by expected end (EASY reservations), kept current across cycles
-        self._ends: list[tuple[float, str]] = []
-        self._ends_rj: list[RunningJob] = []
-        self._ends_objs: dict[int, RunningJob] = {}
-        self._ends_ids: set[int] = set()
+        self._running_by_end = RunningByEnd()
 
     # -- usage bookkeeping (the world calls these when jobs start and stop) -----------------------
     def account(
@@ -310,9 +300,9 @@ class Scheduler:
                 # EASY: computed only once a later job might fit somewhere (it is costly)
                 hjob, hpod = pending_reservation
                 pending_reservation = None
-                by_end = self._by_end(running)
-                shadow, nodes = self._reservation(
-                    snap, hjob, hpod, [r for r in by_end if r.job.id not in gone] if gone else by_end, now
+                by_end = self._running_by_end.update(running)
+                shadow, nodes = reservation(
+                    snap, self.placement, hjob, hpod, [r for r in by_end if r.job.id not in gone] if gone else by_end
                 )
                 reserved_nodes = np.array(sorted(nodes), dtype=np.int64)
                 out.reservation = (hjob.id, shadow)
@@ -330,11 +320,11 @@ class Scheduler:
                     saved = snap.schedulable[reserved_nodes].copy()
                     snap.schedulable[reserved_nodes] = False
                     try:
-                        assignments = self._place_gang(snap, pod, job.spec.gang_size)
+                        assignments = place_gang(snap, self.placement, pod, job.spec.gang_size)
                     finally:
                         snap.schedulable[reserved_nodes] = saved
                 else:
-                    assignments = self._place_gang(snap, pod, job.spec.gang_size)
+                    assignments = place_gang(snap, self.placement, pod, job.spec.gang_size)
             if assignments is not None:
                 self.account(job, assignments, snap, now, +1)
                 out.placements.append(Placement(job, assignments, backfilled=head_blocked))
@@ -464,7 +454,7 @@ class Scheduler:
             if oid in queued:
                 continue
             queued[oid] = j
-            k = keys[oid] = (self._pod(snap, j)[1], j.spec.gpu_types, _has_estimate(j))
+            k = keys[oid] = (self._pod(snap, j)[1], j.spec.gpu_types, has_estimate(j))
             shapes.setdefault(k, {})[oid] = j
             if k[2]:
                 est = j.remaining_estimate(0.0)  # a waiting job's estimate does not depend on the time
@@ -544,137 +534,13 @@ class Scheduler:
             self._drop_queued(oid, job)
             self._unqueued.append(job)
 
-    def _by_end(self, running: Mapping[str, RunningJob]) -> list[RunningJob]:
-        """The running jobs by (expected end, id), kept sorted across cycles (a diff by identity)."""
-        d = diff_queue(self._ends_ids, self._ends_objs, list(running.values()))
-        ends, rjs = self._ends, self._ends_rj
-        if d is None or len(d[1]) + len(d[2]) > len(running) // 2 + 16:
-            rjs[:] = sorted(running.values(), key=_by_est_end)
-            ends[:] = [_by_est_end(r) for r in rjs]
-            self._ends_objs = {id(r): r for r in rjs}
-            self._ends_ids = set(self._ends_objs)
-            return rjs
-        self._ends_ids, new, gone = d
-        objs = self._ends_objs
-        for r in gone:
-            del objs[id(r)]
-            i = bisect_left(ends, _by_est_end(r))
-            while rjs[i] is not r:
-                i += 1
-            del ends[i]
-            del rjs[i]
-        for r in new:
-            objs[id(r)] = r
-            k = _by_est_end(r)
-            i = bisect_left(ends, k)
-            ends.insert(i, k)
-            rjs.insert(i, r)
-        return rjs
-
     def forget(self, job_id: str) -> None:
         """The job left the queue for good (ended or cancelled): drop its cached state."""
         self._pods.pop(job_id, None)
         self.nominated.pop(job_id, None)
         self.graph.forget(job_id)
 
-    def _place_gang(self, snap: ClusterSnapshot, pod: PodRequest, gang: int) -> tuple[Assignment, ...] | None:
-        """The pods of a job, all or nothing. A gang's pods are identical and a backend renders them
-        from one template (a Kubernetes Job asks every pod for the same devices; a time-sliced node
-        needs count x replicas of them), so a gang of GPU pods runs on one kind of node: one GPU type
-        and sharing mode. Kinds are tried from the one of the best node for a pod."""
-        if gang == 1 or pod.gpu_count == 0:
-            return self._place_pods(snap, pod, gang)
-        n = snap.n
-        saved = snap.schedulable[:n].copy()
-        kind = snap.gpu_type[:n] * len(SHARING_CODE) + snap.sharing[:n]
-        left = saved.copy()  # nodes of the kinds not tried yet
-        try:
-            while (first := place_one(snap, self.placement, pod)) is not None:
-                same = kind == kind[first.node]
-                snap.schedulable[:n] = saved & same
-                got = self._place_pods(snap, pod, gang)
-                if got is not None:
-                    return got
-                left &= ~same  # that kind cannot hold the gang: try the next
-                snap.schedulable[:n] = left
-            return None
-        finally:
-            snap.schedulable[:n] = saved
-
-    def _place_pods(self, snap: ClusterSnapshot, pod: PodRequest, gang: int) -> tuple[Assignment, ...] | None:
-        taken: list[Assignment] = []
-        for _ in range(gang):
-            a = place_one(snap, self.placement, pod)
-            if a is None:
-                for t in reversed(taken):
-                    uncommit(snap, self.placement, pod, t)
-                return None
-            commit(snap, self.placement, pod, a)
-            taken.append(a)
-        return tuple(taken)
-
-    def _outranks(self, job: Job, victim: Job, gpu_type: str) -> bool:
-        """May ``job`` preempt ``victim`` by priority? A strictly higher base class and a preemptible
-        victim; across teams, when the victim's team is within its nominal quota of the type, only
-        with a class that team was granted too (its guaranteed quota is not taken by a class it could
-        not use itself). A team without a quota, or one borrowing the type, has no such guarantee."""
-        if not (victim.priority < job.priority and victim.spec.preemptible):
-            return False
-        if victim.team == job.team:
-            return True
-        q = self.quotas.quotas.get(victim.team)
-        if q is None or q.priority_classes is None or job.spec.priority_class in q.priority_classes:
-            return True
-        return self.quotas.is_borrowing(victim.team, gpu_type, self.usage)
-
-    def _takes_guaranteed(self, job: Job, victims: Iterable[RunningJob]) -> bool:
-        """Would ``victims`` take another team below its nominal quota when only its borrowing made
-        them fair game? Whole jobs stop, so the last one may cross the line — but every other one
-        must fit within what the team borrows."""
-        taken: dict[tuple[str, str], list[int]] = {}
-        for rj in victims:
-            v = rj.job
-            if v.team == job.team:
-                continue
-            q = self.quotas.quotas.get(v.team)
-            if q is None:
-                continue  # no quota, nothing guaranteed
-            granted = q.priority_classes is None or job.spec.priority_class in q.priority_classes
-            if granted and v.priority < job.priority and v.spec.preemptible:
-                continue  # outranked by a class the team may use itself
-            taken.setdefault((v.team, rj.gpu_type), []).append(sum(a.milli * len(a.gpus) for a in rj.assignments))
-        for (team, gpu_type), helds in taken.items():
-            borrowed = self.usage.held(team, gpu_type) - (self.quotas.nominal(team, gpu_type) or 0)
-            if borrowed <= 0 or sum(helds) - max(helds) >= borrowed:
-                return True
-        return False
-
-    def _victim_filter(self, job: Job, snap: ClusterSnapshot, within_nominal: np.ndarray | None) -> VictimFilter:
-        """Who ``job`` may preempt: lower base priority and preemptible (across teams, see
-        :meth:`_outranks`); or, when it would stay within its nominal quota of a GPU type, jobs of
-        cohort members borrowing that type."""
-        by_priority = f"preempted by higher-priority job {job.id} ({job.spec.priority_class})"
-        by_reclaim = f"quota reclaimed by team {job.team} (job {job.id})"
-        borrowers: dict[str, set[str]] = {}  # GPU type → cohort members borrowing it
-        q = self.quotas.quotas.get(job.team)
-        if within_nominal is not None and q is not None and q.cohort is not None:
-            members = [m for m in self.quotas.cohorts[q.cohort] if m != job.team]
-            for i, t in enumerate(snap.gpu_types):
-                if i < len(within_nominal) and within_nominal[i]:
-                    borrowers[t] = {m for m in members if self.quotas.is_borrowing(m, t, self.usage)}
-        priority = job.priority
-
-        def may(rj: RunningJob) -> str | None:
-            v = rj.job
-            if v.priority < priority and v.spec.preemptible and self._outranks(job, v, rj.gpu_type):
-                return by_priority
-            teams = borrowers.get(rj.gpu_type)
-            if teams and v.team in teams:
-                return by_reclaim
-            return None
-
-        return may
-
+    # -- preemption (planned in scheduling/preemption.py; recorded here) -----------------------------
     def _try_preempt(
         self,
         snap: ClusterSnapshot,
@@ -686,27 +552,28 @@ class Scheduler:
         now: float,
         within_nominal: np.ndarray | None = None,
     ) -> Status:
-        may_reclaim = within_nominal is not None and bool(within_nominal.any()) and bool(self.quotas.cohorts)
-        if not may_reclaim and not any(n > 0 and p < job.priority for p, n in self._preemptible.items()):
-            return Status(Code.UNSCHEDULABLE, "no lower-priority preemptible job runs")  # fast path
-        candidates = (rj for rj in running.values() if rj.job.id not in gone)
-        plan = plan_preemption(
-            snap, job, pod, candidates, self._victim_filter(job, snap, within_nominal), self.graph, now
+        """Phase 4: preempt to make room for ``job`` (victims chosen by
+        :func:`~gpufleet.scheduling.preemption.choose_preemption`); on success they are nominated
+        and the job waits for them to stop."""
+        plan = choose_preemption(
+            snap,
+            job,
+            pod,
+            running,
+            gone,
+            now,
+            within_nominal,
+            quotas=self.quotas,
+            usage=self.usage,
+            graph=self.graph,
+            preemptible=self._preemptible,
         )
-        if plan is None:
-            return Status(Code.UNSCHEDULABLE, "no preemption frees enough room")
-        if self._takes_guaranteed(job, plan.victims):
-            return Status(Code.UNSCHEDULABLE, "preemption would take another team's guaranteed quota")
-        victims = set()
-        for rj, why in zip(plan.victims, plan.reasons, strict=True):
-            self.graph.add(job.id, rj.job.id)
-            out.preemptions.append(Preemption(rj, job.id, why))
-            victims.add(rj.job.id)
-            gone.add(rj.job.id)
-        self.nominated[job.id] = victims
+        if isinstance(plan, Status):
+            return plan
+        self._nominate(job, zip(plan.victims, plan.reasons, strict=True), gone, out)
         return SUCCESS
 
-    def _try_reclaim(
+    def try_reclaim(
         self,
         snap: ClusterSnapshot,
         job: Job,
@@ -718,152 +585,27 @@ class Scheduler:
         now: float,
     ) -> Status:
         """The team is within its nominal quota but its cohort lent the quota out: preempt
-        borrowers (Kueue's reclaimWithinCohort) until the cohort can hold the job. Victims are
-        jobs of other cohort members that borrow the type, least work at risk first."""
+        borrowers (Kueue's reclaimWithinCohort) until the cohort can hold the job
+        (:func:`~gpufleet.scheduling.preemption.choose_reclaim`). Called by the quota admission
+        check; single-pod jobs only, and only while preemption is enabled."""
         if not self.config.preemption or job.spec.gang_size != 1:
             return Status(Code.UNSCHEDULABLE, "quota")
-        q = self.quotas.quotas.get(job.team)
-        if q is None or q.cohort is None:
-            return Status(Code.UNSCHEDULABLE, "quota")
-        members = set(self.quotas.cohorts[q.cohort]) - {job.team}
-        for i, t in enumerate(snap.gpu_types):
-            if i >= len(pod.type_ok) or not (pod.type_ok[i] and within_nominal[i]):
-                continue
-            need = self.quotas.reclaim_need(job.team, t, job.spec.total_gpu_milli, self.usage)
-            if need <= 0:
-                continue
-            cands = [
-                rj
-                for rj in running.values()
-                if rj.job.id not in gone
-                and rj.job.team in members
-                and rj.gpu_type == t
-                and self.quotas.is_borrowing(rj.job.team, t, self.usage)
-                and self.graph.allows(job.id, rj.job.id)
-            ]
-            cands.sort(key=lambda rj: (rj.job.work_at_risk(now), rj.job.priority, -(rj.job.start_time or 0), rj.job.id))
-            chosen, freed = [], 0
-            borrowed = {m: self.usage.held(m, t) - (self.quotas.nominal(m, t) or 0) for m in members}
-            for rj in cands:
-                if freed >= need:
-                    break
-                held = sum(a.milli * len(a.gpus) for a in rj.assignments)
-                if borrowed[rj.job.team] <= 0:
-                    continue  # that team is back within its own quota
-                chosen.append(rj)
-                freed += held
-                borrowed[rj.job.team] -= held
-            if freed < need:
-                continue
-            victims = set()
-            for rj in chosen:
-                self.graph.add(job.id, rj.job.id)
-                out.preemptions.append(Preemption(rj, job.id, f"quota reclaimed by team {job.team} (job {job.id})"))
-                victims.add(rj.job.id)
-                gone.add(rj.job.id)
-            self.nominated[job.id] = victims
-            return SUCCESS
-        return Status(Code.UNSCHEDULABLE, "quota: nothing to reclaim")
+        chosen = choose_reclaim(
+            snap, job, pod, within_nominal, running, gone, now, quotas=self.quotas, usage=self.usage, graph=self.graph
+        )
+        if isinstance(chosen, Status):
+            return chosen
+        reason = f"quota reclaimed by team {job.team} (job {job.id})"
+        self._nominate(job, ((rj, reason) for rj in chosen), gone, out)
+        return SUCCESS
 
-    def _reservation(
-        self, snap: ClusterSnapshot, job: Job, pod: PodRequest, running: Iterable[RunningJob], now: float
-    ) -> tuple[float, set[int]]:
-        """EASY backfill: the earliest time the blocked job fits as running jobs end (by estimate),
-        and the nodes it would use then. Unknown end times count as never. ``running``: a list is
-        taken as already sorted by (expected end, id); any other iterable is sorted.
-
-        Counts, per node, how many of the job's (identical) pods would fit as jobs end — arithmetic
-        on copies of the nodes' rows, no change to the snapshot; MIG pods use a what-if instead.
-        """
-        ends = running if isinstance(running, list) else sorted(running, key=_by_est_end)
-        if pod.gpu.is_mig:
-            return self._reservation_whatif(snap, job, pod, ends)
-        need = job.spec.gang_size
-        static = snap._static_mask(pod) & snap.schedulable[: snap.n]
-        rows: dict[int, tuple[list[int], int, int]] = {}
-        cand = np.flatnonzero(static)
-        g = pod.gpu
-        if g.count == 0:
-            per_node = np.full(len(cand), 64, dtype=np.int64)
-        elif g.is_fractional:
-            per_node = (snap.gpu_free[cand] // g.milli).sum(axis=1)
-        else:
-            per_node = snap.whole_free[cand] // g.count
-        if pod.cpu_milli:
-            per_node = np.minimum(per_node, snap.cpu_free[cand] // pod.cpu_milli)
-        if pod.memory_mib:
-            per_node = np.minimum(per_node, snap.mem_free[cand] // pod.memory_mib)
-        some = per_node > 0
-        fit: dict[int, int] = dict(zip(cand[some].tolist(), per_node[some].tolist(), strict=True))
-        total = sum(fit.values())  # pods that fit now (the job is blocked, so total < need)
-        for rj in ends:
-            if math.isinf(rj.est_end):
-                break
-            for a in rj.assignments:
-                i = int(a.node)
-                if not static[i]:
-                    continue
-                if i not in rows:
-                    rows[i] = (
-                        snap.gpu_free[i, : int(snap.gpu_count[i])].tolist(),
-                        int(snap.cpu_free[i]),
-                        int(snap.mem_free[i]),
-                    )
-                row, cpu, mem = rows[i]
-                for gi in a.gpus:
-                    row[gi] += a.milli
-                rows[i] = (row, cpu + a.cpu_milli, mem + a.memory_mib)
-                k = _pods_fitting(*rows[i], pod)
-                total += k - fit.get(i, 0)
-                fit[i] = k
-            if total >= need:
-                nodes: set[int] = set()
-                got = 0
-                for i, k in sorted(fit.items(), key=lambda x: (-x[1], x[0])):
-                    if got >= need:
-                        break
-                    if k:
-                        nodes.add(i)
-                        got += k
-                return rj.est_end, nodes
-        return math.inf, set()
-
-    def _reservation_whatif(
-        self, snap: ClusterSnapshot, job: Job, pod: PodRequest, ends: Sequence[RunningJob]
-    ) -> tuple[float, set[int]]:
-        restores = []
-        shadow, nodes = math.inf, set()
-        try:
-            for rj in ends:
-                if math.isinf(rj.est_end):
-                    break
-                restores.append(snap.remove(rj.assignments))
-                if not any(snap.fits(a.node, pod) for a in rj.assignments):
-                    continue  # no node newly fits a pod, so neither does the job (gangs: identical pods)
-                got = self._place_gang(snap, pod, job.spec.gang_size)
-                if got is not None:
-                    for a in reversed(got):
-                        uncommit(snap, self.placement, pod, a)
-                    shadow, nodes = rj.est_end, {a.node for a in got}
-                    break
-        finally:
-            for r in reversed(restores):
-                r()
-        return shadow, nodes
-
-
-def _pods_fitting(row: list[int], cpu: int, mem: int, pod: PodRequest) -> int:
-    """How many copies of ``pod`` (not MIG) fit on a node with these free GPUs, CPU and memory."""
-    g = pod.gpu
-    k = 1 << 30
-    if pod.cpu_milli:
-        k = min(k, cpu // pod.cpu_milli)
-    elif cpu < 0:
-        return 0
-    if pod.memory_mib:
-        k = min(k, mem // pod.memory_mib)
-    if g.count == 0:
-        return k if k < (1 << 30) else 64
-    if g.is_fractional:
-        return min(k, sum(f // g.milli for f in row))
-    return min(k, row.count(MILLI) // g.count)
+    def _nominate(self, job: Job, victims: Iterable[tuple[RunningJob, str]], gone: set[str], out: Decisions) -> None:
+        """Record ``job``'s victims (with why each is preempted): edges of the preemption graph,
+        preemption decisions, this cycle's ``gone``, and the job's nomination."""
+        nominated = set()
+        for rj, why in victims:
+            self.graph.add(job.id, rj.job.id)
+            out.preemptions.append(Preemption(rj, job.id, why))
+            nominated.add(rj.job.id)
+            gone.add(rj.job.id)
+        self.nominated[job.id] = nominated

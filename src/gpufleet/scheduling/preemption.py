@@ -1,11 +1,16 @@
 """Preemption (PostFilter): free room for a job that does not fit by stopping others.
 
-Victims are only (a) running jobs of strictly lower *base* priority that are preemptible, or
-(b) jobs of a cohort member that is borrowing the GPU type when the preemptor would stay within
-its own nominal quota (reclaim, Kueue semantics). Among the nodes where the job would then fit we
-pick the fewest victims, then the least work lost since their last checkpoint. A preemption
-that would close a cycle in the preemption graph (the victim, directly or not, preempted the
-preemptor before) is refused, so there is never a preemption cycle.
+Victims are only (a) running jobs of strictly lower *base* priority that are preemptible (across
+teams, see :func:`outranks`), or (b) jobs of a cohort member that is borrowing the GPU type when the
+preemptor would stay within its own nominal quota (reclaim, Kueue semantics). Among the nodes where
+the job would then fit we pick the fewest victims, then the least work lost since their last
+checkpoint. A preemption that would close a cycle in the preemption graph (the victim, directly or
+not, preempted the preemptor before) is refused, so there is never a preemption cycle.
+
+The cycle preempts in two ways, both planned here: :func:`choose_preemption` for a job that does not
+fit (phase 4), :func:`choose_reclaim` for a job held by its quota while its cohort lent the quota
+out (the quota admission check). Planning changes nothing: the scheduler records the victims it is
+given (preemption graph, nominations, decisions).
 
 Works on the snapshot by what-if: removals are undone before returning.
 """
@@ -15,13 +20,18 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job
 from gpufleet.model.node import SharingMode
+from gpufleet.scheduling.framework import Code, Status
+from gpufleet.scheduling.quota import QuotaPolicy
 from gpufleet.scheduling.snapshot import SHARING_CODE, Assignment, ClusterSnapshot, PodRequest
+from gpufleet.scheduling.usage import UsageTracker
 
 
 @dataclass(slots=True)
@@ -197,3 +207,162 @@ def _greedy_set(
         if _fits_without(snap, node, pod, (rj for rj, _ in rest)):
             taken = rest
     return taken
+
+
+# -- who may be preempted, and the cycle's two ways to preempt --------------------------------------
+def outranks(job: Job, victim: Job, gpu_type: str, quotas: QuotaPolicy, usage: UsageTracker) -> bool:
+    """May ``job`` preempt ``victim`` by priority? A strictly higher base class and a preemptible
+    victim; across teams, when the victim's team is within its nominal quota of the type, only
+    with a class that team was granted too (its guaranteed quota is not taken by a class it could
+    not use itself). A team without a quota, or one borrowing the type, has no such guarantee."""
+    if not (victim.priority < job.priority and victim.spec.preemptible):
+        return False
+    if victim.team == job.team:
+        return True
+    q = quotas.quotas.get(victim.team)
+    if q is None or q.priority_classes is None or job.spec.priority_class in q.priority_classes:
+        return True
+    return quotas.is_borrowing(victim.team, gpu_type, usage)
+
+
+def takes_guaranteed(job: Job, victims: Iterable[RunningJob], quotas: QuotaPolicy, usage: UsageTracker) -> bool:
+    """Would ``victims`` take another team below its nominal quota when only its borrowing made
+    them fair game? Whole jobs stop, so the last one may cross the line — but every other one
+    must fit within what the team borrows."""
+    taken: dict[tuple[str, str], list[int]] = {}
+    for rj in victims:
+        v = rj.job
+        if v.team == job.team:
+            continue
+        q = quotas.quotas.get(v.team)
+        if q is None:
+            continue  # no quota, nothing guaranteed
+        granted = q.priority_classes is None or job.spec.priority_class in q.priority_classes
+        if granted and v.priority < job.priority and v.spec.preemptible:
+            continue  # outranked by a class the team may use itself
+        taken.setdefault((v.team, rj.gpu_type), []).append(sum(a.milli * len(a.gpus) for a in rj.assignments))
+    for (team, gpu_type), helds in taken.items():
+        borrowed = usage.held(team, gpu_type) - (quotas.nominal(team, gpu_type) or 0)
+        if borrowed <= 0 or sum(helds) - max(helds) >= borrowed:
+            return True
+    return False
+
+
+def victim_filter(
+    job: Job,
+    snap: ClusterSnapshot,
+    within_nominal: np.ndarray | None,
+    quotas: QuotaPolicy,
+    usage: UsageTracker,
+) -> VictimFilter:
+    """Who ``job`` may preempt: lower base priority and preemptible (across teams, see
+    :func:`outranks`); or, when it would stay within its nominal quota of a GPU type, jobs of
+    cohort members borrowing that type."""
+    by_priority = f"preempted by higher-priority job {job.id} ({job.spec.priority_class})"
+    by_reclaim = f"quota reclaimed by team {job.team} (job {job.id})"
+    borrowers: dict[str, set[str]] = {}  # GPU type → cohort members borrowing it
+    q = quotas.quotas.get(job.team)
+    if within_nominal is not None and q is not None and q.cohort is not None:
+        members = [m for m in quotas.cohorts[q.cohort] if m != job.team]
+        for i, t in enumerate(snap.gpu_types):
+            if i < len(within_nominal) and within_nominal[i]:
+                borrowers[t] = {m for m in members if quotas.is_borrowing(m, t, usage)}
+    priority = job.priority
+
+    def may(rj: RunningJob) -> str | None:
+        v = rj.job
+        if v.priority < priority and v.spec.preemptible and outranks(job, v, rj.gpu_type, quotas, usage):
+            return by_priority
+        teams = borrowers.get(rj.gpu_type)
+        if teams and v.team in teams:
+            return by_reclaim
+        return None
+
+    return may
+
+
+def choose_preemption(
+    snap: ClusterSnapshot,
+    job: Job,
+    pod: PodRequest,
+    running: Mapping[str, RunningJob],
+    gone: set[str],
+    now: float,
+    within_nominal: np.ndarray | None,
+    *,
+    quotas: QuotaPolicy,
+    usage: UsageTracker,
+    graph: PreemptionGraph,
+    preemptible: Mapping[int, int],
+) -> PreemptionPlan | Status:
+    """The victims that would make room for (single-pod) ``job`` (:func:`plan_preemption` with
+    :func:`victim_filter`), or why there are none (UNSCHEDULABLE). ``gone``: victims already chosen
+    in this cycle (not candidates again); ``preemptible``: base priority → preemptible jobs holding
+    resources (none below the job's priority and no reclaim possible: no search)."""
+    may_reclaim = within_nominal is not None and bool(within_nominal.any()) and bool(quotas.cohorts)
+    if not may_reclaim and not any(n > 0 and p < job.priority for p, n in preemptible.items()):
+        return Status(Code.UNSCHEDULABLE, "no lower-priority preemptible job runs")  # fast path
+    candidates = (rj for rj in running.values() if rj.job.id not in gone)
+    plan = plan_preemption(
+        snap, job, pod, candidates, victim_filter(job, snap, within_nominal, quotas, usage), graph, now
+    )
+    if plan is None:
+        return Status(Code.UNSCHEDULABLE, "no preemption frees enough room")
+    if takes_guaranteed(job, plan.victims, quotas, usage):
+        return Status(Code.UNSCHEDULABLE, "preemption would take another team's guaranteed quota")
+    return plan
+
+
+def choose_reclaim(
+    snap: ClusterSnapshot,
+    job: Job,
+    pod: PodRequest,
+    within_nominal: np.ndarray,
+    running: Mapping[str, RunningJob],
+    gone: set[str],
+    now: float,
+    *,
+    quotas: QuotaPolicy,
+    usage: UsageTracker,
+    graph: PreemptionGraph,
+) -> list[RunningJob] | Status:
+    """The team is within its nominal quota but its cohort lent the quota out: the borrowers to
+    preempt (Kueue's reclaimWithinCohort) until the cohort can hold the job, or why there are
+    none (UNSCHEDULABLE). Victims are jobs of other cohort members that borrow the type, least
+    work at risk first; GPU types are tried in the snapshot's order, the first that frees enough
+    wins. ``gone``: victims already chosen in this cycle."""
+    q = quotas.quotas.get(job.team)
+    if q is None or q.cohort is None:
+        return Status(Code.UNSCHEDULABLE, "quota")
+    members = set(quotas.cohorts[q.cohort]) - {job.team}
+    for i, t in enumerate(snap.gpu_types):
+        if i >= len(pod.type_ok) or not (pod.type_ok[i] and within_nominal[i]):
+            continue
+        need = quotas.reclaim_need(job.team, t, job.spec.total_gpu_milli, usage)
+        if need <= 0:
+            continue
+        cands = [
+            rj
+            for rj in running.values()
+            if rj.job.id not in gone
+            and rj.job.team in members
+            and rj.gpu_type == t
+            and quotas.is_borrowing(rj.job.team, t, usage)
+            and graph.allows(job.id, rj.job.id)
+        ]
+        cands.sort(key=lambda rj: (rj.job.work_at_risk(now), rj.job.priority, -(rj.job.start_time or 0), rj.job.id))
+        chosen, freed = [], 0
+        borrowed = {m: usage.held(m, t) - (quotas.nominal(m, t) or 0) for m in members}
+        for rj in cands:
+            if freed >= need:
+                break
+            held = sum(a.milli * len(a.gpus) for a in rj.assignments)
+            if borrowed[rj.job.team] <= 0:
+                continue  # that team is back within its own quota
+            chosen.append(rj)
+            freed += held
+            borrowed[rj.job.team] -= held
+        if freed < need:
+            continue
+        return chosen
+    return Status(Code.UNSCHEDULABLE, "quota: nothing to reclaim")

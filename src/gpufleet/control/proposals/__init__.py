@@ -1,0 +1,80 @@
+"""Proposals (issue 14): an agent proposes an action, a person approves it, the action is executed
+through the same service functions the API uses, and its real effect on cost is measured afterwards.
+
+A proposal is stored ``pending`` with the proposer's estimate (dollars a month, confidence, basis)
+and changes nothing until a person decides it:
+
+- **approve** — the approver must be allowed to perform the action themselves (the checks of the
+  endpoint that does it by hand) and must not be the token that proposed it. The action is executed
+  at once, in the approval's transaction, inside a SAVEPOINT: it either happens whole and the
+  proposal turns ``executed`` with what was done, or nothing of it is kept and the proposal turns
+  ``failed`` with the reason (the job ended meanwhile, a budget blocks the replacement...).
+- **reject** — by anyone who could approve it, or by the proposer (a withdrawal): ``rejected``.
+- a pending proposal past its ``expires_at`` turns ``expired``.
+
+Actions and how they execute (``params`` are the wire's :data:`~gpufleet.wire.PROPOSAL_PARAMS`):
+
+- ``resize``, ``change_gpu_type``, ``move_to_spot`` — a **pending** job's GPU shape, allowed GPU
+  models, or preemptibility (which lets it run on spot capacity). The controller holds pending
+  jobs in memory and never re-reads a changed row, so a job is not edited in place: it is
+  *replaced* — cancelled (:func:`gpufleet.control.jobs.cancel`) and submitted again with the change
+  (:func:`gpufleet.control.jobs.submit`: feasibility, owners, budgets, as ``POST /v1/jobs`` does),
+  in one transaction. The replacement keeps everything else (command, account, priority, labels...)
+  and queues as a new submission; ``result_job_id`` names it. A running job is refused with the
+  reason: changing it would mean stopping it and losing the work since its last checkpoint.
+- ``cancel_idle_job`` — a running job whose mean GPU utilization over the last ``window_s`` is at
+  most ``max_utilization_pct`` (checked when proposed and again when approved) is asked to stop,
+  as ``POST /v1/jobs/{id}/cancel`` does.
+- ``change_quota`` — a team's GPU quotas (the models named; the others stay), as
+  ``PUT /v1/teams/{name}`` stores them (admins only).
+- ``change_budget`` — a budget's limit, action and/or throttle, as ``PUT /v1/budgets/{ref}``
+  stores them (admins only).
+- ``reschedule_off_peak`` — refused (422 naming ``action``): jobs have no start-after time that
+  the scheduler honours, so holding a job until a time cannot be done honestly.
+
+Effect. Once ``effect_window_s`` has passed since the execution, :func:`upkeep` measures the
+target's cost in the window before the execution and in as long after it, from the ledger priced
+with the server's pricing rules (a job: its cost and its replacement's; a team: its jobs'; a
+budget: its scope's), and stores both with the difference as dollars a month. It runs when
+proposals are read (``GET /v1/proposals``) and as a controller duty (:func:`upkeep_duty`).
+"""
+
+from __future__ import annotations
+
+from gpufleet.control.proposals.actions import JOB_SHAPE_ACTIONS, typed_params
+from gpufleet.control.proposals.common import (
+    Actor,
+    NothingToChangeError,
+    ProposalDecidedError,
+    SelfApprovalError,
+    TargetStateError,
+    UnsupportedActionError,
+)
+from gpufleet.control.proposals.effect import DEFAULT_EFFECT_WINDOW_S, measure, upkeep, upkeep_duty
+from gpufleet.control.proposals.execute import ExecSettings, approve, reject
+from gpufleet.control.proposals.propose import DEFAULT_TTL_S, get, list_visible, propose, request_hash
+from gpufleet.control.proposals.wire import proposal_out
+
+__all__ = [
+    "DEFAULT_EFFECT_WINDOW_S",
+    "DEFAULT_TTL_S",
+    "JOB_SHAPE_ACTIONS",
+    "Actor",
+    "ExecSettings",
+    "NothingToChangeError",
+    "ProposalDecidedError",
+    "SelfApprovalError",
+    "TargetStateError",
+    "UnsupportedActionError",
+    "approve",
+    "get",
+    "list_visible",
+    "measure",
+    "proposal_out",
+    "propose",
+    "reject",
+    "request_hash",
+    "typed_params",
+    "upkeep",
+    "upkeep_duty",
+]
