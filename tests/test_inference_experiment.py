@@ -335,8 +335,10 @@ def test_sharing_and_scaling_run_on_the_cpu(result: InferenceResult) -> None:
     rate = 0.25 * _m(result, 1, "fp32").throughput
     with WorkerPool(result.trained, 2) as pool:  # one pool for both: starting processes takes seconds
         sh = run_sharing(result.trained, dev, cpu_price(1), batch=8, precision="fp32", duration_s=0.3, pool=pool)
+        # a p99 target of 1 s: this checks the harness, not how fast a CPU shared with the whole suite
+        # answers (with 25 ms the measured replica can miss it under load, and then nothing is "needed")
         sg = run_scaling(result.trained, dev, cpu_price(1), service, [rate], measured_replicas=(1,), duration_s=0.5,
-                         pool=pool)
+                         pool=pool, slo_ms=1000.0)
     modes = [r.mode for r in sh.runs]
     assert modes[:2] == ["alone", "shared"] and (len(dev.cores) < 2 or modes[2] == "one-each")
     shared = sh.run("shared")
