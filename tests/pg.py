@@ -1,7 +1,9 @@
 """A throwaway PostgreSQL cluster for tests and benchmarks.
 
 ``PostgresCluster`` runs ``initdb`` + ``pg_ctl`` from the PostgreSQL binaries into a temporary
-directory, listening on a free port of 127.0.0.1 with trust authentication and durability turned
+directory, listening on a free port of 127.0.0.1 with password authentication (SCRAM-SHA-256, for
+TCP and the Unix socket alike: a local account or a job that knows the port still needs the
+password, as on a real server) and durability turned
 off (fsync, synchronous_commit, full_page_writes: a test cluster that dies is simply thrown away).
 PostgreSQL refuses to run as root, so as root the server commands run as the ``postgres`` user
 through ``runuser``.
@@ -10,7 +12,7 @@ Tests use one cluster per pytest session and xdist worker (see ``conftest.py``),
 database once and clone it per test (``CREATE DATABASE ... TEMPLATE``, milliseconds). Scripts use::
 
     from tests.pg import running_postgres
-    with running_postgres() as url:   # postgresql+psycopg://postgres@127.0.0.1:PORT/gpufleet
+    with running_postgres() as url:   # postgresql+psycopg://postgres:PASSWORD@127.0.0.1:PORT/gpufleet
         ...
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -77,6 +80,7 @@ class PostgresCluster:
         self._names = itertools.count(1)
         self.started = False
         self.durable = durable  # PostgreSQL's default durability (benchmarks), else fsync off (tests)
+        self.password = secrets.token_urlsafe(18)  # the superuser's; every connection must give it
 
     def _cmd(self, *args: str) -> list[str]:
         return ["runuser", "-u", PG_USER, "--", *args] if self.as_root else list(args)
@@ -87,8 +91,12 @@ class PostgresCluster:
             raise PostgresUnavailable(f"{' '.join(args[:2])} failed: {proc.stderr.strip() or proc.stdout.strip()}")
 
     def start(self) -> PostgresCluster:
+        pwfile = self.root / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        pwfile.chmod(0o600)
         if self.as_root:
             shutil.chown(self.root, PG_USER, PG_USER)
+            shutil.chown(pwfile, PG_USER, PG_USER)
         self._run(
             str(self.bin_dir / "initdb"),
             "-D",
@@ -96,7 +104,8 @@ class PostgresCluster:
             "-U",
             PG_USER,
             "-A",
-            "trust",
+            "scram-sha-256",
+            f"--pwfile={pwfile}",
             "-E",
             "UTF8",
             "--locale=C",
@@ -148,13 +157,15 @@ class PostgresCluster:
     # -- databases --------------------------------------------------------------------------------
 
     def url(self, dbname: str = "postgres") -> str:
-        return f"postgresql+psycopg://{PG_USER}@127.0.0.1:{self.port}/{dbname}"
+        return f"postgresql+psycopg://{PG_USER}:{self.password}@127.0.0.1:{self.port}/{dbname}"
 
     def execute(self, sql: str) -> None:
         """Run one statement outside a transaction (CREATE/DROP DATABASE) on the admin database."""
         import psycopg
 
-        with psycopg.connect(host="127.0.0.1", port=self.port, user=PG_USER, dbname="postgres", autocommit=True) as c:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user=PG_USER, password=self.password, dbname="postgres", autocommit=True
+        ) as c:
             c.execute(sql.encode())  # our own literal statements (bytes: not a LiteralString check)
 
     def create_database(self, name: str | None = None, *, template: str | None = None) -> str:

@@ -91,9 +91,9 @@ class ServerProcess:
         ]
         if self.gpus is not None:
             cmd += ["--gpus", self.gpus]
-        if self.db:
-            cmd += ["--db", self.db]
         env = self.env()
+        if self.db:  # the environment, never argv: /proc/<pid>/cmdline is readable by every account
+            env["GPUFLEET_DB"] = self.db
         if self.replica:
             env["GPUFLEET_REPLICA"] = self.replica
         self.starts += 1

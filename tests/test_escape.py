@@ -5,7 +5,9 @@ as two throwaway Unix accounts this test creates. Team beta's job checkpoints an
 then team alpha's job, as its own account, tries every escape a tester found when jobs ran as the
 server: read the admin token, write the store, read beta's log, spec and checkpoint, overwrite the
 checkpoint, SIGKILL beta's job, read the server's environment, forge its own status file, list the
-server's home, become root. Each must fail while the job itself keeps running and is metered.
+server's home, read the store's URL from any process's command line, connect to PostgreSQL over
+TCP without its password (the suite's cluster wants one), become root. Each must fail while the
+job itself keeps running and is metered.
 Further cases: a checkpoint path of another team, NUL bytes, an ungranted priority class, and a
 poison job stored by an older version that cannot be launched, next to other teams' jobs that
 must start on time.
@@ -31,6 +33,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import update
+from sqlalchemy.engine import make_url
 
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobRow
@@ -45,6 +48,7 @@ SECRET = "escape-suite-server-secret"
 ESCAPES = [
     "read_admin_token",
     "write_store",
+    "read_store_url_from_cmdline",
     "read_other_log",
     "read_other_spec",
     "read_other_checkpoint",
@@ -66,8 +70,35 @@ def attempt(name, fn):
         r[name] = "ESCAPED"
     except OSError as e:
         r[name] = f"denied: {type(e).__name__}: {e.strerror}"
+def store_url_from_cmdline():
+    # every account reads every process's argv: a store URL there is the store's password
+    schemes = [b"postgresql" + b"://", b"postgresql+psycopg" + b"://", b"sqlite" + b":///"]  # not this argv's
+    for pid in os.listdir("/proc"):
+        try:
+            line = open("/proc/%s/cmdline" % pid, "rb").read()
+        except OSError:
+            continue
+        if any(scheme in line for scheme in schemes):
+            r["harvested"] = line.replace(b"\0", b" ").decode(errors="replace")
+            return
+    raise PermissionError(13, "no store URL on any command line")
+def write_store():
+    if "T_PG_PORT" not in E:  # SQLite: the store's file
+        open(E["T_DB"], "r+b").close()
+        return
+    # PostgreSQL over TCP: the startup message as the superuser; trust would answer AuthenticationOk
+    import socket, struct
+    s = socket.create_connection(("127.0.0.1", int(E["T_PG_PORT"])), timeout=10)
+    params = b"user\0postgres\0database\0postgres\0\0"
+    s.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
+    head = s.recv(9)
+    s.close()
+    if head[:1] == b"R" and struct.unpack("!i", head[5:9])[0] == 0:
+        return
+    raise PermissionError(13, "the store wants a password (%r)" % head[:9])
 attempt("read_admin_token", lambda: open(E["T_HOME"] + "/admin.token").read())
-attempt("write_store", lambda: open(E["T_DB"], "r+b").close())
+attempt("write_store", write_store)
+attempt("read_store_url_from_cmdline", store_url_from_cmdline)
 attempt("read_other_log", lambda: open(E["T_B_LOG"]).read())
 attempt("read_other_spec", lambda: open(E["T_B_SPEC"]).read())
 attempt("read_other_checkpoint", lambda: open(E["T_B_CKPT"]).read())
@@ -79,6 +110,7 @@ attempt("list_server_home", lambda: os.listdir(E["T_HOME"]))
 attempt("become_root", lambda: os.setuid(0))
 r["uid"], r["gid"], r["groups"] = os.getuid(), os.getgid(), sorted(os.getgroups())
 r["env"] = sorted(os.environ)
+r["env_values"] = sorted(os.environ.values())
 r["secret_seen"] = any("escape-suite-server-secret" in v for v in os.environ.values())
 r["cwd"] = os.getcwd()
 d = E["GPUFLEET_CHECKPOINT_DIR"]
@@ -241,6 +273,7 @@ def test_a_members_job_cannot_escape(
     env = {
         "T_HOME": str(home),
         "T_DB": str(db_file),
+        **({"T_PG_PORT": str(make_url(server.db).port)} if server.db else {}),
         "T_B_LOG": str(home / "logs" / f"{b_id}.log"),
         "T_B_SPEC": str(home / "runs" / b_id / "1" / "spec.json"),
         "T_B_CKPT": str(b_ckpt),
@@ -259,12 +292,15 @@ def test_a_members_job_cannot_escape(
     results = json.loads(results_file.read_text())
 
     escaped = {k: v for k, v in results.items() if k in ESCAPES and not str(v).startswith("denied")}
-    assert not escaped, f"escapes that worked: {escaped}"
+    assert not escaped, f"escapes that worked: {escaped} {results.get('harvested', '')}"
     assert set(ESCAPES) <= set(results)
     alpha = accounts["alpha"]
     assert (results["uid"], results["gid"]) == (alpha.pw_uid, alpha.pw_gid)
     assert 0 not in results["groups"]
     assert not results["secret_seen"], "the server's environment reached the job"
+    if server.db:  # the store's password is in the server's environment: never in the job's
+        password = str(make_url(server.db).password)
+        assert password and not any(password in v for v in results["env_values"])
     assert "AWS_SECRET_ACCESS_KEY" not in results["env"] and "GPUFLEET_HOME" not in results["env"]
     assert {"PATH", "HOME", "USER", "LANG", "GPUFLEET_JOB_ID", "GPUFLEET_CHECKPOINT_DIR"} <= set(results["env"])
     assert results["cwd"] == str(job_root / "alpha" / a_id)

@@ -88,7 +88,9 @@ class Tracking:
         return [m.value for m in self.client.get_metric_history(run_id, name)]
 
 
-def make_tracking(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Tracking:
+def make_tracking(folder: Path, monkeypatch: pytest.MonkeyPatch, team: str = "vision") -> Tracking:
+    """A tracking store whose experiment belongs to ``team`` (the experiment tag gpufleet.team: the
+    server writes only into a run whose experiment names the job's team)."""
     mlflow_tracking = pytest.importorskip(
         "mlflow.tracking", reason="mlflow is an optional extra: pip install 'gpufleet[mlflow]'"
     )
@@ -97,7 +99,7 @@ def make_tracking(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Tracking:
         monkeypatch.setenv(name, value)  # what MlflowSync sets in a server (the test process keeps its own)
     uri = folder.as_uri()
     client = mlflow_tracking.MlflowClient(tracking_uri=uri)
-    return Tracking(uri, client, client.create_experiment("gpufleet-test"))
+    return Tracking(uri, client, client.create_experiment("gpufleet-test", tags={"gpufleet.team": team}))
 
 
 @pytest.fixture
@@ -305,7 +307,9 @@ def test_an_unreachable_or_bad_tracking_uri_is_retried_later_and_harms_nothing(
     bad = fleet.run(labels={RUN_LABEL: RUN_A}, env={"MLFLOW_TRACKING_URI": dead})
     good = fleet.run(labels={RUN_LABEL: good_run})
 
-    sync = fleet.sync(tracking_uri=tracking.uri, retry_min_s=60.0, retry_max_s=240.0, give_up_after_s=3600.0)
+    sync = fleet.sync(
+        tracking_uri=tracking.uri, job_tracking_uris=[dead], retry_min_s=60.0, retry_max_s=240.0, give_up_after_s=3600.0
+    )  # the job's own URI is used only when an admin listed it
     now = time.time()
     stats = sync.sync_once(now)
     assert stats.logged == [good] and stats.failed == [bad]
@@ -346,7 +350,7 @@ def test_a_hanging_tracking_server_never_blocks_the_scheduler(
         silent.listen(8)  # accepts, never answers
         silent_uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
         job_id = fleet.run(labels={RUN_LABEL: RUN_A}, env={"MLFLOW_TRACKING_URI": silent_uri})
-        sync = fleet.sync()
+        sync = fleet.sync(job_tracking_uris=[silent_uri])  # listed by an admin (no job URI is, by default)
         t0 = time.monotonic()
         sync.tick(time.time())
         assert time.monotonic() - t0 < 0.5
@@ -369,8 +373,9 @@ def test_a_job_without_a_run_logs_nothing(fleet: Fleet, tracking: Tracking) -> N
 def test_the_jobs_own_tracking_uri_wins_when_allowed(
     fleet: Fleet, tracking: Tracking, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MLFLOW_TRACKING_URI in the job's env beats mlflow.tracking_uri, if it starts with one of
-    mlflow.job_tracking_uris (default http(s) only: a job does not make the server write files)."""
+    """MLFLOW_TRACKING_URI in the job's env beats mlflow.tracking_uri, if it lies under one of
+    mlflow.job_tracking_uris (default none: a job makes the server neither write files nor send
+    its credentials anywhere)."""
     own = make_tracking(tmp_path / "own-mlruns", monkeypatch)
     run_id = own.run(val_loss=[2.0, 1.5, 0.5])
     allowed = fleet.run(env={"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": own.uri},
@@ -383,7 +388,7 @@ def test_the_jobs_own_tracking_uri_wins_when_allowed(
 
     other_run = own.run()
     refused = fleet.run(env={"MLFLOW_RUN_ID": other_run, "MLFLOW_TRACKING_URI": own.uri})
-    assert fleet.sync(tracking_uri=tracking.uri).sync_once().skipped == [refused]  # default: http(s) only
+    assert fleet.sync(tracking_uri=tracking.uri).sync_once().skipped == [refused]  # default: none
     (event,) = fleet.mlflow_events(refused)
     assert "is not allowed" in event["reason"]
     assert own.tags(other_run) == {}
@@ -417,7 +422,7 @@ def test_gpufleet_up_runs_the_sync_with_the_bills_rules(tmp_path: Path, monkeypa
     server's pricing rules; mlflow.enabled: false registers none."""
     from gpufleet.control.server import build_server
 
-    tracking = make_tracking(tmp_path / "mlruns", monkeypatch)
+    tracking = make_tracking(tmp_path / "mlruns", monkeypatch, team="default")  # the single-user admin's team
     monkeypatch.setenv("GPUFLEET_MLFLOW__TRACKING_URI", tracking.uri)
     monkeypatch.setenv("GPUFLEET_MLFLOW__INTERVAL_S", "0.5")
     settings = load_settings(
@@ -568,7 +573,7 @@ def test_settings_block_and_environment(monkeypatch: pytest.MonkeyPatch) -> None
     s = load_settings()
     m = s.mlflow
     assert (m.tracking_uri, m.roi_metric, m.roi_direction) == ("http://mlflow:5000", "val_loss", "min")
-    assert m.enabled and m.job_tracking_uris == ["http://", "https://"]
+    assert m.enabled and m.job_tracking_uris == []  # no job names its own tracking server unless an admin lists it
     monkeypatch.setenv("GPUFLEET_MLFLOW__ROI_DIRECTION", "sideways")
     with pytest.raises(Exception, match="roi_direction"):
         load_settings()

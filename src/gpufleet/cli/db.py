@@ -16,8 +16,8 @@ DbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
-        help="SQLAlchemy URL of the store (sqlite:///path or postgresql+psycopg://...); "
-        "default: $GPUFLEET_DB or the server's SQLite file",
+        help="SQLAlchemy URL of the store without a password (sqlite:///path or postgresql+psycopg://user@host/db); "
+        "default: $GPUFLEET_DB, the file $GPUFLEET_DB_FILE names, or the server's SQLite file",
         show_default=False,
     ),
 ]
@@ -27,9 +27,9 @@ DbOption = Annotated[
 @handle_errors
 def upgrade(db: DbOption = None) -> None:
     """Apply the migrations up to the newest (safe to run again, and from several replicas)."""
-    from gpufleet.store.db import Database, default_db_url
+    from gpufleet.store.db import Database, default_db_url, refuse_url_on_command_line
 
-    database = Database(db or default_db_url())
+    database = Database(refuse_url_on_command_line(db) or default_db_url())
     try:
         before = database.current_revision()
         database.upgrade()
@@ -48,9 +48,9 @@ def upgrade(db: DbOption = None) -> None:
 @handle_errors
 def current(db: DbOption = None) -> None:
     """Show the schema revision of the store and the newest this gpufleet ships."""
-    from gpufleet.store.db import Database, default_db_url
+    from gpufleet.store.db import Database, default_db_url, refuse_url_on_command_line
 
-    database = Database(db or default_db_url())
+    database = Database(refuse_url_on_command_line(db) or default_db_url())
     try:
         rev, head = database.current_revision(), database.head_revision()
     finally:

@@ -103,10 +103,10 @@ def _history_trace(window: str, db_url: str | None, limit: int | None) -> "tuple
 
     from gpufleet.api.windows import parse_window
     from gpufleet.control.whatif import history_nodes, history_trace
-    from gpufleet.store.db import Database, default_db_url
+    from gpufleet.store.db import Database, default_db_url, refuse_url_on_command_line
 
     w = parse_window(window, time.time(), field="--trace history:WINDOW")
-    database = Database(db_url or default_db_url())
+    database = Database(refuse_url_on_command_line(db_url) or default_db_url())
     try:
         trace = history_trace(database, w.start, w.end, name=f"history:{window}", limit=limit)
         return trace, history_nodes(database, w.start, w.end)
@@ -130,7 +130,10 @@ def whatif(
             "synthetic[:seed] | openb[:variant] | FILE.jsonl|.csv"
         ),
     ] = "synthetic",
-    db: Annotated[str | None, typer.Option(help="store to read history from (default: the server's)")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(help="store to read history from, without a password (default: $GPUFLEET_DB or the server's)"),
+    ] = None,
     limit: Annotated[int | None, typer.Option(help="only the first N jobs", min=1)] = None,
     preemptible: Annotated[
         float, typer.Option(help="philly: fraction of preemptible jobs that checkpoint every 30 min", min=0, max=1)

@@ -12,7 +12,16 @@ from gpufleet.cli.common import console, handle_errors
 @handle_errors
 def up(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="settings YAML file")] = None,
-    db: Annotated[str | None, typer.Option(help="store URL, e.g. postgresql+psycopg://user@host/db")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            help="store URL without a password, e.g. postgresql+psycopg://user@host/db (a password: $GPUFLEET_DB, "
+            "--db-file or ~/.pgpass; the command line is readable by every account)"
+        ),
+    ] = None,
+    db_file: Annotated[
+        Path | None, typer.Option(help="a file only this account can read (chmod 600) holding the store URL")
+    ] = None,
     host: Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port to listen on (default 8470)")] = None,
     gpus: Annotated[
@@ -36,10 +45,12 @@ def up(
     """Start the API server and the scheduler on this machine (SQLite + local GPUs by default)."""
     from gpufleet.control.server import build_server, check_port
     from gpufleet.control.settings import load_settings
+    from gpufleet.store.db import refuse_url_on_command_line
 
     settings = load_settings(
         config,
-        db=db,
+        db=refuse_url_on_command_line(db),
+        db_file=db_file,
         host=host,
         port=port,
         gpus=gpus,

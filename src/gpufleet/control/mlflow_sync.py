@@ -18,15 +18,34 @@ into that label (:func:`mlflow_labels`). When the job has ended, the leader's du
   ``gpufleet.improvement_per_usd`` (that per dollar of ``gpufleet.cost_usd_exact``; not logged for a
   job that cost nothing), with the tag ``gpufleet.roi_metric`` (``accuracy:max``).
 
-The tracking server is the job's own ``MLFLOW_TRACKING_URI`` (only if it starts with one of
-``mlflow.job_tracking_uris``), else ``mlflow.tracking_uri``; with neither, the job is left alone.
+**Where.** The tracking server is ``mlflow.tracking_uri``, unless the job names its own
+``MLFLOW_TRACKING_URI``; with neither, the job is left alone. The server connects with *its own*
+MLflow credentials (``MLFLOW_TRACKING_TOKEN``, ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` in its
+environment: MLflow's client sends them to whatever URI it is given), so a job's own URI is used only
+when it is ``mlflow.tracking_uri`` itself or lies under an entry an admin listed in
+``mlflow.job_tracking_uris`` (empty by default). URIs are compared parsed, never as strings: same
+scheme, same host, same port (the scheme's default when absent) and the entry's path as a prefix in
+whole segments (:func:`uri_allowed`); a job URI with a user name or password, a query, a fragment, a
+``.``/``..`` segment, a backslash or a space is never allowed, and an http(s) entry must name a host.
+A job whose URI is not allowed is not logged anywhere: an ``mlflow_skipped`` event names the setting.
+
+**Whose run.** The server writes to a run only for the team that owns it: **the run's experiment
+must carry the tag** ``gpufleet.team`` **whose value is the job's team** (exactly;
+``MlflowClient().set_experiment_tag(experiment_id, "gpufleet.team", "vision")``, once per
+experiment). The run is read (``runs/get``, then ``experiments/get``) before anything is written; a
+run whose experiment has no such tag, or another team's, gets nothing, and the job an
+``mlflow_skipped`` event saying so (without naming the other team). The run's own ``gpufleet.team``
+tag grants nothing: the server writes it itself, and anyone who may write to a run may set it, while
+the experiment is the unit MLflow's permissions are given on, so a team that cannot edit another
+team's experiment cannot make the server write into that team's runs.
 
 **Exactly once.** Success is recorded as a job event whose reason starts with ``mlflow_logged`` (its
 ``old`` and ``new`` are the job's final state, so anything that replays states is unaffected); a job
 with such an event is never logged again, after a restart or on another leader. A crash between the
 MLflow write and the event is caught by the run's tag ``gpufleet.job_id``: the run already holds
 this job's figures, so only the event is written. A job that cannot be logged (its URI is not
-allowed, or it still fails ``give_up_after_s`` after it ended) gets an ``mlflow_skipped`` event.
+allowed, its run is not its team's, or it still fails ``give_up_after_s`` after it ended) gets an
+``mlflow_skipped`` event.
 
 **Never in the scheduler's way.** Each pass runs on a thread of its own (the periodic duty only
 starts it), MLflow's own HTTP retries are turned off (``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0``) and its
@@ -47,7 +66,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from sqlalchemy import func, or_, select
 
@@ -84,6 +103,7 @@ METRIC_RUN_SECONDS = "gpufleet.run_seconds"
 METRIC_IMPROVEMENT = "gpufleet.improvement"
 METRIC_IMPROVEMENT_PER_USD = "gpufleet.improvement_per_usd"
 TAG_JOB_ID = "gpufleet.job_id"
+TAG_TEAM = "gpufleet.team"  # on a run: the job's team (written); on an experiment: the team that owns its runs (read)
 
 EVENT_ID_SLACK = 1000  # job events this far below the newest seen are looked at again (late commits)
 MAX_JOBS_PER_PASS = 100
@@ -207,6 +227,79 @@ def _is_file_store(uri: str) -> bool:
     return uri.startswith(("file:", "/", "."))
 
 
+# -- where the server may send its credentials ----------------------------------------------------
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class UriKey:
+    """What decides where requests to a tracking URI go: scheme, host, port (the scheme's default
+    when absent) and path (percent-decoded segments)."""
+
+    scheme: str
+    host: str
+    port: int | None
+    path: tuple[str, ...]
+
+    def covers(self, other: UriKey) -> bool:
+        """``other`` is this server, at this path or under it (whole segments)."""
+        same = (self.scheme, self.host, self.port) == (other.scheme, other.host, other.port)
+        return same and other.path[: len(self.path)] == self.path
+
+
+def uri_key(uri: str) -> UriKey:
+    """``uri`` parsed, or ValueError saying why it cannot be compared safely: a user name or
+    password, a query or fragment (which hide another host from a string comparison, or from this
+    one in another parser), a ``.``/``..`` segment, a backslash, a space, a bad port, no scheme."""
+    if not uri:
+        raise ValueError("is empty")
+    if any(c <= " " or c in "\\\x7f" or not c.isascii() for c in uri):
+        raise ValueError("holds a space, a control or non-ASCII character, or a backslash")
+    if "?" in uri or "#" in uri:
+        raise ValueError("has a query or a fragment")
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if not _SCHEME.fullmatch(scheme):
+        raise ValueError("names no scheme (https://host, file:///path, ...)")
+    if "@" in parts.netloc:
+        raise ValueError("carries a user name or password")
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"has a bad port ({e})") from None
+    host = (parts.hostname or "").rstrip(".")
+    if scheme in _DEFAULT_PORTS and not host:
+        raise ValueError("names no host")
+    if scheme == "file" and host == "localhost":
+        host = ""
+    segments = tuple(seg for seg in unquote(parts.path).split("/") if seg)
+    if any(seg in (".", "..") for seg in segments):
+        raise ValueError("has a '.' or '..' path segment")
+    return UriKey(scheme, host, _DEFAULT_PORTS.get(scheme) if port is None else port, segments)
+
+
+def allowed_uri(entry: str) -> UriKey:
+    """An entry of ``mlflow.job_tracking_uris``, parsed; ValueError naming the setting if it is not
+    one a job's URI can be compared with (an http(s) entry names its host: ``https://`` alone would
+    send the server's credentials to any host)."""
+    try:
+        return uri_key(entry)
+    except ValueError as e:
+        raise ValueError(f"mlflow.job_tracking_uris: {redact_uri(entry)!r} {e}") from None
+
+
+def uri_allowed(uri: str, allowed: Iterable[UriKey]) -> bool:
+    """``uri`` is one of the ``allowed`` servers, at or under its path: compared parsed (scheme,
+    host, port, path segments), never as a string prefix, and never if ``uri`` cannot be parsed safely."""
+    try:
+        key = uri_key(uri)
+    except ValueError:
+        return False
+    return any(a.covers(key) for a in allowed)
+
+
 # -- the duty -------------------------------------------------------------------------------------
 
 
@@ -234,6 +327,11 @@ class _Target:
     uri: str
     state: str
     ended_at: float
+    team: str = ""
+
+
+class _Refused(Exception):
+    """The run may not be written for this job (not its team's): skipped with an event, not retried."""
 
 
 class MlflowSync:
@@ -259,6 +357,11 @@ class MlflowSync:
         self.clock = clock or WallClock()
         self.is_leader = is_leader
         self._client_factory = client_factory or self._mlflow_client
+        self._allowed = [allowed_uri(u) for u in settings.job_tracking_uris]
+        try:  # a job may name the server's own tracking server (exactly: scheme, host, port, path)
+            self._own_key: UriKey | None = uri_key(settings.tracking_uri or "")
+        except ValueError:
+            self._own_key = None
         self._clients: dict[str, Any] = {}
         self._event_id: int | None = None  # the newest job event the scans have seen
         self._retry: dict[str, _Retry] = {}
@@ -359,7 +462,11 @@ class MlflowSync:
             if target is None:
                 return
             figures, tags, roi = self._describe(target, now)
-            self._log(target, figures, tags, roi)
+            try:
+                self._log(target, figures, tags, roi)
+            except _Refused as refused:
+                self._skip(job_id, target.state, target.ended_at, now, str(refused), stats)
+                return
             self._record(
                 target,
                 now,
@@ -381,22 +488,27 @@ class MlflowSync:
                 return None
             labels = {str(k): str(v) for k, v in (row.labels or {}).items()}
             env = {str(k): str(v) for k, v in (row.env or {}).items()}
-            state, ended = row.state, float(row.ended_at or now)
+            state, ended, team = row.state, float(row.ended_at or now), row.team
         run_raw = labels.get(RUN_LABEL) or env.get(RUN_ID_ENV, "")
         if not RUN_ID.fullmatch(run_raw.strip()):
             self._skip(job_id, state, ended, now, f"{run_raw[:80]!r} is not an MLflow run id", stats)
             return None
         own = env.get(TRACKING_URI_ENV, "").strip()
         if own:
-            if not any(own.startswith(p) for p in self.settings.job_tracking_uris):
-                allowed = ", ".join(self.settings.job_tracking_uris) or "none"
+            if self._own_key is not None and _key_or_none(own) == self._own_key:
+                uri = self.settings.tracking_uri or own  # the server's own tracking server, as configured
+            elif uri_allowed(own, self._allowed):
+                uri = own
+            else:
+                allowed = ", ".join(redact_uri(u) for u in self.settings.job_tracking_uris)[:500] or "none"
                 why = (
-                    f"the job's {TRACKING_URI_ENV} {redact_uri(own)} is not allowed"
-                    f" (mlflow.job_tracking_uris: {allowed})"
+                    f"the job's {TRACKING_URI_ENV} {redact_uri(own)} is not allowed (mlflow.job_tracking_uris:"
+                    f" {allowed}): the server sends its own MLflow credentials to the tracking server, so"
+                    " it logs only to mlflow.tracking_uri and to servers an admin listed in"
+                    " mlflow.job_tracking_uris (compared by scheme, host, port and path)"
                 )
                 self._skip(job_id, state, ended, now, why, stats)
                 return None
-            uri = own
         elif self.settings.tracking_uri:
             uri = self.settings.tracking_uri
         else:
@@ -409,7 +521,7 @@ class MlflowSync:
                 )
             self._retry.pop(job_id, None)
             return None
-        return _Target(job_id, run_raw.strip(), uri, state, ended)
+        return _Target(job_id, run_raw.strip(), uri, state, ended, team)
 
     def _describe(self, t: _Target, now: float) -> tuple[JobFigures, dict[str, str], tuple[str, str] | None]:
         with self.db.session(readonly=True) as s:
@@ -433,6 +545,7 @@ class MlflowSync:
         entities = _import("mlflow.entities")
         client = self._client(t.uri)
         run = client.get_run(t.run_id)  # raises for a run that does not exist
+        self._check_owner(client, run, t)  # before anything is written: _Refused if not the team's
         if run.data.tags.get(TAG_JOB_ID) == t.job_id and METRIC_COST in run.data.metrics:
             log.info("mlflow: run %s already holds job %s's figures (logged before a restart)", t.run_id, t.job_id)
             return
@@ -457,6 +570,20 @@ class MlflowSync:
             metrics=[entities.Metric(k, float(v), ts, 0) for k, v in values.items()],
             tags=[entities.RunTag(k, v) for k, v in tags.items()],
         )
+
+    @staticmethod
+    def _check_owner(client: Any, run: Any, t: _Target) -> None:
+        """The run is the job's team's: its experiment carries the tag ``gpufleet.team`` = the team
+        (see the module's doc). Else :class:`_Refused`, saying what to set (never the other team)."""
+        experiment = client.get_experiment(run.info.experiment_id)
+        owner = (getattr(experiment, "tags", None) or {}).get(TAG_TEAM)
+        if not t.team or owner is None or str(owner).strip() != t.team:
+            raise _Refused(
+                f"run {t.run_id} is not team {t.team!r}'s: the server writes to a run only for the team"
+                f" its experiment names, and this run's experiment does not carry the tag {TAG_TEAM}={t.team}"
+                f" (set it once on the team's experiment: MlflowClient().set_experiment_tag(experiment_id,"
+                f" {TAG_TEAM!r}, {t.team!r}))"
+            )
 
     # -- bookkeeping -------------------------------------------------------------------------------
     def _record(self, t: _Target, now: float, reason: str) -> None:
@@ -534,6 +661,13 @@ def _import(module: str) -> Any:
     """An MLflow module, imported on first use (mlflow is an optional extra: ImportError without it;
     typed ``Any`` so that gpufleet type-checks with or without it installed)."""
     return importlib.import_module(module)
+
+
+def _key_or_none(uri: str) -> UriKey | None:
+    try:
+        return uri_key(uri)
+    except ValueError:
+        return None
 
 
 def _names_run(labels: Any, env: Any) -> bool:

@@ -21,6 +21,7 @@ from gpufleet.cost.rules import PricingConfig, load_rules
 from gpufleet.errors import ConfigError
 from gpufleet.scheduling.profile import Profile
 from gpufleet.sdk.config import DEFAULT_PORT, home_dir
+from gpufleet.store.db import WHERE_TO_PUT_A_PASSWORD, read_url_file, url_secrets
 
 
 class KubernetesSettings(BaseModel):
@@ -80,10 +81,12 @@ class MlflowSettings(BaseModel):
     # The tracking server of jobs whose env has no MLFLOW_TRACKING_URI of its own. None: only jobs
     # that name their own are logged.
     tracking_uri: str | None = Field(None, min_length=1, max_length=2048)
-    # What a job's own MLFLOW_TRACKING_URI may start with: the server connects to it (with its own
-    # MLFLOW_TRACKING_TOKEN, if set) and writes there, so a shared server does not follow a job to a
-    # file path or sqlite file of the server's. Empty: jobs' own URIs are never used.
-    job_tracking_uris: list[str] = Field(default_factory=lambda: ["http://", "https://"])
+    # Tracking servers a job may name with its own MLFLOW_TRACKING_URI, besides tracking_uri: the
+    # server connects there with ITS OWN credentials (MLFLOW_TRACKING_TOKEN, _USERNAME/_PASSWORD), so
+    # list only servers an admin trusts, e.g. ["https://mlflow.corp/team-a"]. Compared by scheme, host,
+    # port and path prefix (whole segments), never as strings; an http(s) entry must name its host.
+    # Empty (the default): a job that names a URI of its own is not logged (an mlflow_skipped event).
+    job_tracking_uris: list[str] = Field(default_factory=list, max_length=100)
     # ROI: the run's metric whose history (last − first; first − last for "min") is the model's
     # improvement, per dollar. A job's label mlflow-roi-metric (``val_loss:min``) overrides it.
     roi_metric: str | None = Field("accuracy", min_length=1, max_length=250)
@@ -96,6 +99,16 @@ class MlflowSettings(BaseModel):
     give_up_after_s: float = Field(7 * 86400.0, gt=0)
     request_timeout_s: float = Field(10.0, gt=0, le=600)  # one MLflow HTTP request (MLflow's own retries: off)
 
+    @field_validator("job_tracking_uris")
+    @classmethod
+    def _job_tracking_uris(cls, uris: list[str]) -> list[str]:
+        from gpufleet.control.mlflow_sync import allowed_uri  # the sync's own parser (imported late: no cycle)
+
+        out = [u.strip() for u in uris]
+        for u in out:
+            allowed_uri(u)  # ValueError naming mlflow.job_tracking_uris and what is wrong
+        return out
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", env_nested_delimiter="__", extra="forbid")
@@ -105,7 +118,10 @@ class Settings(BaseSettings):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     webhook: WebhookSettings = Field(default_factory=WebhookSettings)  # the admission webhook (HTTPS)
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)  # log jobs' cost to their MLflow runs
-    db: str | None = None  # SQLAlchemy URL; None: sqlite:///<home>/gpufleet.db
+    # SQLAlchemy URL; None: db_file's, else sqlite:///<home>/gpufleet.db. A password here comes from
+    # $GPUFLEET_DB or a 0600 settings file, never from --db (argv is readable by every account).
+    db: str | None = None
+    db_file: Path | None = None  # a file (mode 0600, the server's own) holding the store URL
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     # GPUs: None = discover with NVML (none if no driver); or declared, e.g. "8xA100-80GB", "4xH100:mig"
@@ -116,7 +132,13 @@ class Settings(BaseSettings):
     poll_interval_s: float = Field(0.2, gt=0, le=10)  # backend and store polling
     cycle_interval_s: float = Field(2.0, gt=0, le=300)  # a cycle at least this often while jobs wait
     grace_s: float = Field(30.0, ge=0, le=3600)  # SIGTERM → SIGKILL on preemption and cancel
-    telemetry_interval_s: float = Field(10.0, gt=0)
+    telemetry_interval_s: float = Field(10.0, gt=0)  # GPU telemetry and jobs' progress files are read this often
+    # A run's progress file ($GPUFLEET_PROGRESS_FILE) becomes at most this many rows a look and this
+    # many a second sustained (a token bucket of progress_burst); lines in between are thinned, the
+    # newest report is always kept, and a job event says so once per run.
+    progress_rows_per_look: int = Field(100, ge=1, le=100_000)
+    progress_rows_per_s: float = Field(10.0, gt=0, le=100_000)
+    progress_burst: int = Field(100, ge=1, le=1_000_000)
     budget_interval_s: float = Field(10.0, gt=0)  # how often budgets are evaluated and their alerts dispatched
     single_user: bool = True  # create an admin token in <home>/admin.token on first start
     # Run jobs that have no Unix account (see `gpufleet team set --run-as`) as the server's own user,
@@ -127,9 +149,27 @@ class Settings(BaseSettings):
     # progress file, owned by the job's account). None: <home>/jobs for a non-root server (whose
     # jobs run as itself), /var/lib/gpufleet-jobs for root (GPUFLEET_HOME is 0700: jobs cannot enter).
     job_root: Path | None = None
+    # Where jobs' output logs go (local backend). None: <home>/logs, beside the store: a separate
+    # file system here keeps a job's output from filling the store's (which stops every team).
+    log_dir: Path | None = None
+    # A run's output kept in its log (local backend): past it, one notice line, and the rest is dropped.
+    max_log_bytes: int = Field(1024**3, ge=4096)
+    # Processes (and threads) of one run (local backend): the cgroup's pids.max; on a host without
+    # the cgroup v2 pids controller, RLIMIT_NPROC of the job's account (all its processes together).
+    max_job_pids: int = Field(4096, ge=16, le=4_194_304)
     max_body_bytes: int = Field(1024 * 1024, ge=1024, le=1024 * 1024 * 1024)  # larger requests get a 413
+    # /readyz is 503 while the file system of the store (SQLite) or of the job logs has less free (0: no check)
+    min_free_bytes: int = Field(256 * 1024 * 1024, ge=0)
     replica: str | None = None  # this replica's name (default: host:pid)
     api_workers: int = Field(1, ge=1, le=64)  # >1: API worker processes; the controller in the main one
+    # A connection whose request head (request line and headers) is not complete this long after it
+    # opened, or after its previous response, is closed (slow-loris); answers themselves are not timed.
+    http_header_timeout_s: float = Field(10.0, gt=0, le=600)
+    # Job logs: a read without follow sends at most log_read_max_bytes (X-Log-Next-Offset continues); open
+    # follow streams per token and per API process (more: 429 with Retry-After).
+    log_read_max_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
+    log_follows_per_token: int = Field(4, ge=1, le=10_000)
+    log_follows_total: int = Field(64, ge=1, le=100_000)
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$")
     # Pricing rules (docs/pricing.md): a path to a rules YAML file, or the rules inline. Checked
     # when the settings load; the server compiles them with gpufleet.cost.rules.rules_from_setting.
@@ -154,9 +194,19 @@ class Settings(BaseSettings):
             return load_rules(v, source="settings: pricing").config
         return v
 
+    @model_validator(mode="after")
+    def _one_store(self) -> Settings:
+        if self.db is not None and self.db_file is not None:
+            raise ValueError("db and db_file both name the store: give one")
+        return self
+
     @property
     def db_url(self) -> str:
-        return self.db or f"sqlite:///{self.home / 'gpufleet.db'}"
+        if self.db:
+            return self.db
+        if self.db_file is not None:
+            return read_url_file(self.db_file)
+        return f"sqlite:///{self.home / 'gpufleet.db'}"
 
     @property
     def url(self) -> str:
@@ -174,6 +224,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def load_settings(config: Path | str | None = None, **flags: Any) -> Settings:
     """Settings from flags (``None`` values are ignored), the environment and an optional YAML file."""
     file_data = _read_yaml(Path(config)) if config is not None else {}
+    if config is not None and isinstance(file_data.get("db"), str) and url_secrets(file_data["db"]):
+        mode = Path(config).stat().st_mode & 0o777
+        if mode & 0o077:
+            raise ConfigError(
+                f"holds the store's password but other accounts can read it (mode {mode:04o}): "
+                f"chmod 600 {config}, or {WHERE_TO_PUT_A_PASSWORD}",
+                source=str(config),
+                field="db",
+            )
     source = f"{config} / GPUFLEET_* environment" if config is not None else "GPUFLEET_* environment / flags"
 
     class _FromFile(Settings):

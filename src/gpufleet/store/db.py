@@ -32,7 +32,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.errors import StoreError
+from gpufleet.errors import ConfigError, StoreError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -40,15 +40,79 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 MIGRATION_LOCK_KEY = 0x6770666C
 
 
+DB_URL_ENV = "GPUFLEET_DB"  # the store's URL, password included (a process's environment is its own)
+DB_URL_FILE_ENV = "GPUFLEET_DB_FILE"  # ... or the path of a file holding it, readable by its owner only
+WHERE_TO_PUT_A_PASSWORD = (
+    f"put the URL in ${DB_URL_ENV}, or in a file only the server's account can read (chmod 600) named by "
+    f"--db-file, `db_file:` in the settings or ${DB_URL_FILE_ENV}, or keep the password in a libpq password "
+    "file (~/.pgpass or $PGPASSFILE) or service file ($PGSERVICEFILE) and leave it out of the URL"
+)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The parts of a store URL that are secrets: its password and any ``password``/``sslpassword``
+    query parameter (libpq takes both). Empty for a URL that names none (or cannot be parsed)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return []
+    found = [parsed.password] if parsed.password else []
+    for key, value in parsed.query.items():
+        if key.lower() in ("password", "sslpassword", "passfile_password"):
+            found += [value] if isinstance(value, str) else list(value)
+    return [str(v) for v in found if v]
+
+
+def refuse_url_on_command_line(url: str | None, flag: str = "--db") -> str | None:
+    """``url`` as given on a command line, refused when it carries a password: every account on the
+    machine, each job included, reads ``/proc/<pid>/cmdline``."""
+    if url is not None and url_secrets(url):
+        raise ConfigError(
+            "a password on the command line is readable by every account on this machine "
+            f"(/proc/<pid>/cmdline), every job included: {WHERE_TO_PUT_A_PASSWORD}",
+            field=flag,
+        )
+    return url
+
+
+def read_url_file(path: Path | str) -> str:
+    """The store URL kept in ``path``: a file of the server's own account (or root's) that no other
+    account can read or write. Anything else is refused, naming the file and what to fix."""
+    where = str(path)
+    try:
+        st = os.stat(path)
+        if st.st_uid not in (os.geteuid(), 0):
+            raise ConfigError(f"owned by uid {st.st_uid}, not by this server's account", source=where)
+        if st.st_mode & 0o077:
+            raise ConfigError(
+                f"readable or writable by other accounts (mode {st.st_mode & 0o777:04o}): chmod 600 {where}",
+                source=where,
+            )
+        with open(path, encoding="utf-8") as f:
+            text = f.read(64 * 1024)
+    except OSError as e:
+        raise ConfigError(f"cannot read the store URL file: {e.strerror}", source=where) from None
+    except UnicodeDecodeError:
+        raise ConfigError("the store URL file is not UTF-8 text", source=where) from None
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if len(lines) != 1:
+        raise ConfigError(f"expected one line with the store URL, found {len(lines)}", source=where)
+    return lines[0]
+
+
 def default_db_url() -> str:
-    """The store the server uses when none is configured: ``$GPUFLEET_DB``, else
-    ``sqlite:///<home>/gpufleet.db`` with home ``$GPUFLEET_HOME`` or the user's data directory.
+    """The store the server uses when none is configured: ``$GPUFLEET_DB``, else the URL in the file
+    ``$GPUFLEET_DB_FILE`` names, else ``sqlite:///<home>/gpufleet.db`` with home ``$GPUFLEET_HOME`` or
+    the user's data directory.
 
     (This reads the environment because the CLI's ``db`` commands must find the same store as the
     server without loading the server's settings.)"""
-    env = os.environ.get("GPUFLEET_DB")
+    env = os.environ.get(DB_URL_ENV)
     if env:
         return env
+    url_file = os.environ.get(DB_URL_FILE_ENV)
+    if url_file:
+        return read_url_file(url_file)
     home = os.environ.get("GPUFLEET_HOME")
     if home:
         base = Path(home).expanduser()
