@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import func, select
 
 from gpufleet.backends.base import Backend, BackendEvent, EventKind, RecoveredState, read_job_file
@@ -32,8 +33,8 @@ from gpufleet.control.budgets import BudgetService
 from gpufleet.control.leader import FileLeadership, Leadership, PgLeadership
 from gpufleet.control.sqlstate import QUOTA_REFRESH_S, SqlState
 from gpufleet.cost.catalog import PriceCatalog
-from gpufleet.cost.forecast import parse_progress_file
-from gpufleet.errors import GpufleetError
+from gpufleet.cost.forecast import MAX_PROGRESS_LINE_BYTES, ProgressReport, parse_progress_line
+from gpufleet.errors import GpufleetError, InputError
 from gpufleet.io.catalog import load_catalog
 from gpufleet.loop.budgets import BudgetTick, Overrun
 from gpufleet.loop.world import ActiveRun, LoopConfig, WorldLoop
@@ -50,7 +51,8 @@ from gpufleet.scheduling.snapshot import ClusterSnapshot
 from gpufleet.store import repo
 from gpufleet.store.convert import job_from_row
 from gpufleet.store.db import Database
-from gpufleet.store.models import JobProgressRow
+from gpufleet.store.models import JobEventRow, JobProgressRow
+from gpufleet.wire import ProgressIn
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,8 @@ ACTIVE = ("ADMITTED", "RUNNING")
 QUEUE_PUBLISH_INTERVAL_S = 1.0
 HEARTBEAT_INTERVAL_S = 1.0
 MIN_STEP_GAP_S = 0.05
-PROGRESS_READ_LIMIT = 1024 * 1024  # bytes of a job's progress file read per look
+PROGRESS_READ_LIMIT = 1024 * 1024  # bytes of a job's progress file read per look (the newest, if more wait)
+PROGRESS_NEWEST_TRIES = 16  # lines looked back from a look's last for the newest valid report
 MIN_CYCLE_GAP_S = 0.05  # least time between two cycles triggered by changes
 CYCLE_COST_FACTOR = 5.0  # ... and at least this many times the last cycle's duration
 
@@ -76,6 +79,51 @@ class ControllerConfig:
     cycle_cost_factor: float = CYCLE_COST_FACTOR  # 0 where the clock is simulated (deterministic)
     quota_refresh_s: float = QUOTA_REFRESH_S
     max_retries: int = 0  # a failed run is requeued this many times before its job fails
+    # A run's progress file becomes at most this many rows a look, and at most progress_rows_per_s
+    # sustained (a token bucket holding progress_burst): more lines are thinned evenly, the newest
+    # report always kept (it waits for a token, at the latest the run's end).
+    progress_rows_per_look: int = 100
+    progress_rows_per_s: float = 10.0
+    progress_burst: int = 100
+
+
+@dataclass(slots=True)
+class ProgressRead:
+    """What the controller knows of one run's progress file, and what it let through."""
+
+    offset: int  # bytes consumed
+    tokens: float  # the run's token bucket: rows it may still store now ...
+    refilled: float  # ... as of this time
+    seen: float | None = None  # the newest report stored (its time): older ones are not stored again
+    known: bool = False  # seen has been read from the store (once per run: a restart re-reads the file)
+    midline: bool = False  # offset is inside a line (an over-long one, or a skipped backlog)
+    pending: ProgressReport | None = None  # the newest report, waiting for a token
+    stored: int = 0  # rows stored
+    thinned: int = 0  # lines dropped by the limits (rows a look, rows a second)
+    skipped: int = 0  # bytes of backlog left unread (more than a read behind)
+    ignored: int = 0  # lines ignored: too long, not a report, or over the API's limits
+    first_error: str = ""  # why the first ignored line was
+    told_thinned: bool = False  # the job event saying so is written once per run ...
+    told_ignored: bool = False  # ... and this one too
+
+    def note_ignored(self, why: str) -> None:
+        self.ignored += 1
+        if not self.first_error:
+            self.first_error = why[:500]
+
+
+def _progress_report(raw: bytes, source: str) -> ProgressReport:
+    """One line of a progress file as a report, within the limits the API puts on the same report
+    (:class:`~gpufleet.wire.ProgressIn`: at most 32 metrics, names of at most 63 printable
+    characters, steps up to 1e15); :class:`InputError` naming the field otherwise."""
+    r = parse_progress_line(raw.decode(errors="replace"), source=source)
+    try:
+        ProgressIn(step=r.step, total_steps=r.total_steps, metrics=dict(r.metrics))
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise InputError(f"{err['msg']} (as for POST /v1/jobs/{{id}}/progress)", source=source, field=where) from None
+    return r
 
 
 @dataclass(slots=True)
@@ -182,7 +230,7 @@ class Controller:
         self._publish_s = 0.0
         self._last_heartbeat = -math.inf
         self._last_telemetry = -math.inf
-        self._progress: dict[tuple[str, int], tuple[int, float | None]] = {}  # run → (offset read, last time)
+        self._progress: dict[tuple[str, int], ProgressRead] = {}  # run → what is known of its progress file
 
     # -- the loop's state, as tools and tests read it --------------------------------------------------
     @property
@@ -482,56 +530,186 @@ class Controller:
             log.exception("the cycle metrics hook failed")
 
     def _run_ending(self, job_id: str, run: int) -> None:
-        """A run ends: its last progress reports are read before it leaves the running set."""
+        """A run ends: its last progress reports are read (the newest stored even without a token)
+        before it leaves the running set, and what its limits dropped is logged once."""
         self._read_progress(only=job_id)
-        self._progress.pop((job_id, run), None)
+        st = self._progress.pop((job_id, run), None)
+        if st is not None and (st.thinned or st.skipped or st.ignored):
+            log.info(
+                "progress of %s run %d: %d rows stored; %d lines thinned, %d bytes of backlog skipped, "
+                "%d lines ignored",
+                job_id,
+                run,
+                st.stored,
+                st.thinned,
+                st.skipped,
+                st.ignored,
+            )
 
     def _read_progress(self, only: str | None = None) -> None:
         """New lines of the progress files running jobs write (``$GPUFLEET_PROGRESS_FILE``, JSON
         Lines, see :func:`gpufleet.cost.forecast.parse_progress_file`) become progress rows, as if
         reported through the API (``only``: just that job, read once more as its run ends). Only
-        whole lines are read; after a restart, reports already stored (by time) are skipped."""
+        whole lines are read; after a restart, reports already stored (by time) are skipped.
+
+        A job cannot flood the store or hold up the loop: each look reads at most
+        ``PROGRESS_READ_LIMIT`` bytes of a file (the newest, when more wait: a backlog is skipped,
+        never re-read), ignores lines longer than ``MAX_PROGRESS_LINE_BYTES`` or over the API's
+        limits (:class:`~gpufleet.wire.ProgressIn`: 32 metrics...) one by one, and stores at most
+        ``progress_rows_per_look`` rows and ``progress_rows_per_s`` sustained per run (a token
+        bucket): the lines in between are thinned evenly and the newest report is always kept. A
+        job event says so, once per run."""
         path_of = getattr(self.backend, "progress_path", None)
         if path_of is None:
             return
+        now = self.clock.now()
         rows: list[JobProgressRow] = []
+        events: list[JobEventRow] = []
         for job_id, ar in self.active.items():
             if only is None or job_id == only:
                 path = path_of(job_id, ar.run)
                 if path is not None:
-                    rows += self._progress_rows(job_id, ar.run, path)
-        if rows:
+                    rows += self._progress_rows(job_id, ar, path, now, ending=only is not None, events=events)
+        if rows or events:
             with self.db.session() as s:
                 s.add_all(rows)
+                s.add_all(events)
 
-    def _progress_rows(self, job_id: str, run: int, path: Path) -> list[JobProgressRow]:
-        key = (job_id, run)
-        offset, seen = self._progress.get(key, (0, None))
-        # the job owns the file: no link is followed, at most PROGRESS_READ_LIMIT bytes per look
-        chunk = read_job_file(path, offset, PROGRESS_READ_LIMIT)
-        if not chunk:
-            return []
-        if key not in self._progress:
+    def _progress_rows(
+        self, job_id: str, ar: ActiveRun, path: Path, now: float, *, ending: bool, events: list[JobEventRow]
+    ) -> list[JobProgressRow]:
+        cfg = self.config
+        st = self._progress.get((job_id, ar.run))
+        if st is None:
+            st = self._progress[(job_id, ar.run)] = ProgressRead(0, float(cfg.progress_burst), now)
+        st.tokens = min(float(cfg.progress_burst), st.tokens + max(0.0, now - st.refilled) * cfg.progress_rows_per_s)
+        st.refilled = now
+        lines = self._progress_lines(st, path)
+        if (lines or st.pending is not None) and not st.known:
             with self.db.session(readonly=True) as s:
-                seen = s.scalar(select(func.max(JobProgressRow.time)).where(JobProgressRow.job_id == job_id))
-        end = chunk.rfind(b"\n") + 1
-        if end == 0 and len(chunk) == PROGRESS_READ_LIMIT:  # one line longer than the limit: skip it
-            self._progress[key] = (offset + len(chunk), seen)
-            return []
-        if end == 0:
-            return []
-        try:
-            reports = parse_progress_file(chunk[:end].decode(errors="replace"), source=str(path))
-        except GpufleetError as e:
-            log.warning("ignoring progress of %s: %s", job_id, e)
-            reports = []
-        fresh = [r for r in reports if seen is None or r.time > seen]
-        last = max([*(r.time for r in fresh), *([seen] if seen is not None else [])], default=None)
-        self._progress[key] = (offset + end, last)
+                st.seen = s.scalar(select(func.max(JobProgressRow.time)).where(JobProgressRow.job_id == job_id))
+            st.known = True
+        budget = min(cfg.progress_rows_per_look, int(st.tokens))
+        if ending:  # the run's last look stores its newest report, token or not
+            budget = max(budget, 1)
+        fresh = self._pick_progress(st, lines, budget, str(path))
+        st.tokens -= len(fresh)
+        st.stored += len(fresh)
+        if fresh:
+            st.seen = max(fresh[-1].time, st.seen if st.seen is not None else fresh[-1].time)
+        state = str(ar.job.state)
+        if (st.thinned or st.skipped) and not st.told_thinned:
+            st.told_thinned = True
+            why = (
+                f"progress throttled: the progress file grows faster than gpufleet reads it (at most "
+                f"{PROGRESS_READ_LIMIT // 1024} KiB a look) or stores it (at most {cfg.progress_rows_per_look} "
+                f"rows a look, {cfg.progress_rows_per_s:g} a second, bursts of {cfg.progress_burst}); "
+                "lines in between are dropped, the newest report is always kept"
+            )
+            log.warning("job %s run %d: %s", job_id, ar.run, why)
+            events.append(JobEventRow(job_id=job_id, time=now, old=state, new=state, reason=why))
+        if st.ignored and not st.told_ignored:
+            st.told_ignored = True
+            why = (
+                f"progress lines ignored: {st.first_error} (a line is one JSON report of at most "
+                f"{MAX_PROGRESS_LINE_BYTES} bytes, within the limits of POST /v1/jobs/{{id}}/progress); "
+                "the other lines are read"
+            )
+            log.warning("job %s run %d: %s", job_id, ar.run, why)
+            events.append(JobEventRow(job_id=job_id, time=now, old=state, new=state, reason=why))
         return [
             JobProgressRow(job_id=job_id, time=r.time, step=r.step, total_steps=r.total_steps, metrics=dict(r.metrics))
             for r in fresh
         ]
+
+    @staticmethod
+    def _progress_lines(st: ProgressRead, path: Path) -> list[bytes]:
+        """The whole, non-blank lines of ``path`` past ``st.offset``, at most
+        ``PROGRESS_READ_LIMIT`` bytes of them (the newest: a larger backlog is skipped). Lines
+        longer than ``MAX_PROGRESS_LINE_BYTES`` are dropped (counted as ignored); the offset moves
+        past everything returned or dropped, so nothing is read twice."""
+        try:
+            size = os.lstat(path).st_size  # a hint only: read_job_file checks what it opens
+        except OSError:
+            return []
+        if size < st.offset:  # truncated or replaced: read from the start (stored reports are skipped by time)
+            st.offset, st.midline = 0, False
+        offset, limit = st.offset, PROGRESS_READ_LIMIT
+        if size - offset > limit:  # more than a read behind: read the newest, skip the backlog
+            st.skipped += size - limit - offset
+            # from the byte before the newest read: the first line is whole if that byte ends a line
+            offset, limit, st.midline = size - limit - 1, limit + 1, True
+        # the job owns the file: no link is followed, at most PROGRESS_READ_LIMIT bytes per look
+        chunk = read_job_file(path, offset, limit)
+        if not chunk:
+            return []
+        begin = 0
+        if st.midline:  # inside a line: drop it up to its end
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                st.offset = offset + len(chunk)
+                return []
+            begin, st.midline = nl + 1, False
+        end = max(begin, chunk.rfind(b"\n") + 1)
+        if len(chunk) - end > MAX_PROGRESS_LINE_BYTES:  # the line being written is already too long
+            st.note_ignored(f"a line longer than {MAX_PROGRESS_LINE_BYTES} bytes")
+            st.offset, st.midline = offset + len(chunk), True
+        else:
+            st.offset = offset + end  # a partial last line is read again when whole
+        lines = []
+        for raw in chunk[begin:end].split(b"\n"):
+            if len(raw) > MAX_PROGRESS_LINE_BYTES:
+                st.note_ignored(f"a line longer than {MAX_PROGRESS_LINE_BYTES} bytes")
+            elif raw.strip():
+                lines.append(raw)
+        return lines
+
+    @staticmethod
+    def _pick_progress(st: ProgressRead, lines: list[bytes], budget: int, source: str) -> list[ProgressReport]:
+        """The fresh reports (newer than ``st.seen``) to store of a look's ``lines``, at most
+        ``budget``, in time order: the newest valid one (or, if none, the one waiting in
+        ``st.pending``) and others evenly spread before it. With no budget the newest waits in
+        ``st.pending`` for the next look that has one. Lines are parsed only if picked."""
+
+        def report(i: int) -> ProgressReport | None:
+            try:
+                return _progress_report(lines[i], source)
+            except InputError as e:
+                st.note_ignored(str(e))
+                return None
+
+        def fresh(r: ProgressReport | None) -> bool:
+            return r is not None and (st.seen is None or r.time > st.seen)
+
+        n = len(lines)
+        newest: ProgressReport | None = None
+        rest = n  # lines[:rest] are not looked at yet
+        while newest is None and rest > max(0, n - PROGRESS_NEWEST_TRIES):
+            rest -= 1
+            newest = report(rest)
+        if not fresh(newest):  # older than what is stored: so are the lines before it
+            newest = None
+        picks: list[ProgressReport] = []
+        if newest is not None:
+            if st.pending is not None:  # superseded by a newer report
+                st.thinned += 1
+            st.pending = None
+            if budget < 1:
+                st.pending = newest
+            else:
+                picks.append(newest)
+        elif st.pending is not None and budget >= 1:
+            picks.append(st.pending)
+            st.pending = None
+        room = max(0, budget - len(picks))
+        chosen = range(rest) if rest <= room else [(j * rest) // room for j in range(room)]
+        st.thinned += rest - len(chosen)
+        for i in chosen:
+            r = report(i)
+            if r is not None and fresh(r):
+                picks.append(r)
+        picks.sort(key=lambda r: r.time)
+        return picks
 
     def _telemetry(self) -> None:
         try:

@@ -48,6 +48,9 @@ from gpufleet.errors import InputError
 FloatArray = npt.NDArray[np.float64]
 
 PROGRESS_FILE_ENV = "GPUFLEET_PROGRESS_FILE"
+# The server ignores a progress-file line longer than this (a report with the API's 32 metrics and
+# long names fits several times over): parsing a job's line costs the server no more than this.
+MAX_PROGRESS_LINE_BYTES = 16 * 1024
 
 
 # -- progress -------------------------------------------------------------------------------------
@@ -85,33 +88,62 @@ def parse_progress_file(text: str, *, source: str = PROGRESS_FILE_ENV) -> list[P
         line = raw.strip()
         if not line:
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines):  # an unfinished last line: the writer is mid-write
-                break
-            raise InputError("not a JSON object", source=source, line=i) from None
-        if not isinstance(obj, dict):
-            raise InputError("not a JSON object", source=source, line=i)
-        out.append(_report(obj, source, i))
+        obj = _json(line)
+        if obj is _NOT_JSON and i == len(lines):  # an unfinished last line: the writer is mid-write
+            break
+        out.append(_line_report(obj, source, i))
     out.sort(key=lambda r: r.time)
     return out
 
 
-def _number(obj: Mapping[str, Any], key: str, source: str, line: int, *, required: bool) -> float | None:
+def parse_progress_line(text: str, *, source: str = PROGRESS_FILE_ENV, line: int | None = None) -> ProgressReport:
+    """One line of a progress file (format: :func:`parse_progress_file`), or :class:`InputError`
+    naming the line and field (deep nesting and numbers of too many digits are not JSON here)."""
+    return _line_report(_json(text), source, line)
+
+
+_NOT_JSON = object()
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # JSONDecodeError, an int of too many digits, deep nesting
+        return _NOT_JSON
+
+
+def _line_report(obj: Any, source: str, line: int | None) -> ProgressReport:
+    if not isinstance(obj, dict):
+        raise InputError("not a JSON object", source=source, line=line)
+    return _report(obj, source, line)
+
+
+def _number(obj: Mapping[str, Any], key: str, source: str, line: int | None, *, required: bool) -> float | None:
     v = obj.get(key)
     if v is None:
         if required:
             raise InputError("required", source=source, line=line, field=key)
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise InputError(f"not a finite number: {v!r}", source=source, line=line, field=key)
-    if v < 0:
-        raise InputError(f"must be >= 0, got {v}", source=source, line=line, field=key)
-    return float(v)
+    f = _finite(v)
+    if f is None:
+        raise InputError(f"not a finite number: {v!r:.40}", source=source, line=line, field=key)
+    if f < 0:
+        raise InputError(f"must be >= 0, got {f}", source=source, line=line, field=key)
+    return f
 
 
-def _report(obj: Mapping[str, Any], source: str, line: int) -> ProgressReport:
+def _finite(v: Any) -> float | None:
+    """``v`` as a finite float, or None (not a number, a bool, or an int too large for a float)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _report(obj: Mapping[str, Any], source: str, line: int | None) -> ProgressReport:
     t = _number(obj, "time", source, line, required=True)
     assert t is not None
     metrics_raw = obj.get("metrics") or {}
@@ -119,9 +151,10 @@ def _report(obj: Mapping[str, Any], source: str, line: int) -> ProgressReport:
         raise InputError("must be an object of name -> number", source=source, line=line, field="metrics")
     metrics: dict[str, float] = {}
     for k, v in metrics_raw.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise InputError(f"not a finite number: {v!r}", source=source, line=line, field=f"metrics.{k}")
-        metrics[str(k)] = float(v)
+        f = _finite(v)
+        if f is None:
+            raise InputError(f"not a finite number: {v!r:.40}", source=source, line=line, field=f"metrics.{k}")
+        metrics[str(k)] = f
     return ProgressReport(
         t,
         _number(obj, "step", source, line, required=False),
