@@ -14,6 +14,7 @@ from gpufleet.api.app import create_app
 from gpufleet.api.context import ApiContext
 from gpufleet.cost.budget_model import make_budget
 from gpufleet.store import budgets_repo, repo
+from gpufleet.store.models import Token
 from tests.api_support import T0, Api, make_api
 
 CALLERS = ("admin", "alice", "bob", "vera", "none", "bad")  # alice/vera: alpha (owner); bob: beta
@@ -80,7 +81,13 @@ EXPECTED.update(
 
 @pytest.fixture
 def api(tmp_path: Path, db_url: str) -> Iterator[Api]:
-    yield from make_api(tmp_path, db_url)
+    for a in make_api(tmp_path, db_url):
+        with a.db.session() as s:  # each caller a person of their own (approving a proposal needs an owner)
+            for who, token_id in a.token_ids.items():
+                row = s.get(Token, token_id)
+                assert row is not None
+                row.owner = who
+        yield a
 
 
 def headers(api: Api, caller: str) -> dict[str, str]:

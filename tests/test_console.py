@@ -83,7 +83,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         with srv.client() as c:
             c.set_team("alpha")
             c.set_team("beta")
-            member = c.create_token(team="alpha", role="member", name="ann")
+            member = c.create_token(team="alpha", role="member", name="ann", owner="ann")
             doomed = c.create_token(team="alpha", role="viewer", name="temp")
             c.create_budget(name="alpha-monthly", scope="team:alpha", limit_usd=5.0)
             c.create_budget(name="beta-monthly", scope="team:beta", limit_usd=9.0)

@@ -46,6 +46,8 @@ PriorityClass = Literal["background", "low", "normal", "high", "urgent"]
 # A team's default grant of priority classes (members may submit with these; admins with any).
 DEFAULT_PRIORITY_CLASSES: tuple[str, ...] = ("background", "low", "normal")
 RUN_AS = r"^[a-z_][a-z0-9_-]{0,31}$"  # a POSIX user name (the Unix account jobs run as)
+# the person holding a token: a login or an e-mail address (compared without regard to case)
+OWNER = r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,126}$"
 
 # -- text and numbers a client may send ----------------------------------------------------------
 #
@@ -336,6 +338,9 @@ class TokenCreate(_Wire):
     name: Annotated[str, Field(max_length=127)] = ""
     expires_in_days: Annotated[float | None, Field(gt=0, le=3650)] = None
     run_as: Annotated[str | None, Field(pattern=RUN_AS)] = None  # its own Unix account (wins over the team's)
+    # the person holding it: a proposal is approved by another person, never by a token of its proposer's
+    # owner, and a token without an owner cannot approve proposals at all
+    owner: Annotated[str | None, Field(pattern=OWNER)] = None
 
 
 class TokenOut(_Out):
@@ -347,6 +352,7 @@ class TokenOut(_Out):
     expires_at: datetime | None
     revoked: bool
     run_as: str | None = None
+    owner: str | None = None  # the person holding it (None: made without one; it cannot approve)
 
 
 class TokenCreated(TokenOut):
@@ -864,12 +870,17 @@ class ProposalOut(_Out):
     created_at: datetime
     expires_at: datetime
     decided_by: str | None = None
+    proposed_by_owner: str | None = None  # the person holding the proposer's token (None: no owner)
+    decided_by_owner: str | None = None  # the person holding the decider's token
     decided_at: datetime | None = None
     reason: str = ""  # the approver's or rejecter's words
     executed_at: datetime | None = None
     result: str = ""  # what the execution did, or why it failed
     result_job_id: str | None = None  # the job that replaced the target (job shape changes)
     change: dict[str, object] = Field(default_factory=dict)  # {"before": {...}, "after": {...}} of the target
+    # what it read when it was planned, per field it sets ("quota_gpus.A100-80GB", "limit_usd", "gpus"...):
+    # approving it after one of them changed is refused (409 stale)
+    planned_on: dict[str, object] = Field(default_factory=dict)
     effect_window_s: float
     effect_due_at: datetime | None = None  # when the effect can be measured (executed + window)
     measured: ProposalEffectOut | None = None

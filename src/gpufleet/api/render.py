@@ -86,4 +86,5 @@ def token_out(row: Token) -> TokenOut:
         expires_at=ts_or_none(row.expires_at),
         revoked=row.revoked_at is not None,
         run_as=row.run_as,
+        owner=row.owner,
     )

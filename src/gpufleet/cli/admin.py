@@ -187,6 +187,15 @@ def token_create(
         str | None,
         typer.Option("--run-as", help="its own Unix account for its jobs (default: the team's)", show_default=False),
     ] = None,
+    owner: Annotated[
+        str | None,
+        typer.Option(
+            "--owner",
+            help="the person holding it (a login or e-mail); needed to approve proposals, which "
+            "another person than the proposer's owner must approve",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
@@ -195,12 +204,16 @@ def token_create(
     from gpufleet.wire import Role
 
     with jobs.make_client(url, token) as client:
-        created = client.create_token(team, Role(role), name, expires_in_days, run_as=run_as)
+        created = client.create_token(team, Role(role), name, expires_in_days, run_as=run_as, owner=owner)
     if as_json:
         emit_json(created)
         return
     typer.echo(created.token)
-    note(f"token {created.id} ({created.role.value} of team {created.team}): store the secret now, it is shown once")
+    held = f", held by {created.owner}" if created.owner else ""
+    note(
+        f"token {created.id} ({created.role.value} of team {created.team}{held}): "
+        "store the secret now, it is shown once"
+    )
 
 
 @token_app.command("ls")

@@ -595,9 +595,11 @@ def tokens_table(tokens: Iterable[TokenOut]) -> Table:
     now = _now()
     tokens = list(tokens)
     accounts = any(tok.run_as for tok in tokens)
+    owners = any(tok.owner for tok in tokens)
     cols = [
         Col("ID"),
         Col("NAME", cut="middle", min_width=8),
+        *([Col("OWNER", cut="middle", min_width=6)] if owners else []),
         Col("TEAM", cut="middle", min_width=6),
         Col("ROLE"),
         *([Col("RUN AS", cut="middle", min_width=8)] if accounts else []),
@@ -613,6 +615,7 @@ def tokens_table(tokens: Iterable[TokenOut]) -> Table:
             [
                 escape(tok.id),
                 escape(tok.name) or "–",
+                *([escape(tok.owner or "–")] if owners else []),
                 escape(tok.team),
                 str(tok.role.value),
                 *([escape(tok.run_as or "–")] if accounts else []),

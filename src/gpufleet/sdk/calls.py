@@ -216,15 +216,25 @@ def _usage_call(
 
 
 def _token_call(
-    team: str, role: Role | str, name: str, expires_in_days: float | None, run_as: str | None = None
+    team: str,
+    role: Role | str,
+    name: str,
+    expires_in_days: float | None,
+    run_as: str | None = None,
+    owner: str | None = None,
 ) -> _Call[TokenCreated]:
+    """``POST /v1/tokens``; ``run_as`` and ``owner`` are sent only when given (a server from before
+    they existed still takes a request without them)."""
     try:
-        body = TokenCreate(team=team, role=Role(role), name=name, expires_in_days=expires_in_days, run_as=run_as)
+        body = TokenCreate(
+            team=team, role=Role(role), name=name, expires_in_days=expires_in_days, run_as=run_as, owner=owner
+        )
     except ValueError as e:  # ValidationError is a ValueError; so is an unknown role
         if isinstance(e, ValidationError):
             raise input_error_from(e) from None
         raise InputError(f"unknown role {role!r} (admin, member or viewer)", field="role") from None
-    json = body.model_dump(mode="json", exclude={"run_as"} if run_as is None else None)
+    unset = {k for k, v in (("run_as", run_as), ("owner", owner)) if v is None}
+    json = body.model_dump(mode="json", exclude=unset or None)
     return _Call("POST", f"{API_PREFIX}/tokens", _model(TokenCreated), json=json)
 
 

@@ -355,10 +355,13 @@ class Client:
         expires_in_days: float | None = None,
         *,
         run_as: str | None = None,
+        owner: str | None = None,
     ) -> TokenCreated:
         """A new token (admin); its secret (``.token``) is returned this once and never again.
-        ``run_as``: the token's own Unix account for its jobs (wins over the team's)."""
-        return self._do(_token_call(team, role, name, expires_in_days, run_as))
+        ``run_as``: the token's own Unix account for its jobs (wins over the team's). ``owner``:
+        the person holding it (a proposal is approved by another person; a token without an owner
+        cannot approve one)."""
+        return self._do(_token_call(team, role, name, expires_in_days, run_as, owner))
 
     def tokens(self) -> builtins.list[TokenOut]:
         return self._do(_Call("GET", f"{API_PREFIX}/tokens", _models(TokenOut)))
@@ -706,8 +709,9 @@ class AsyncClient:
         expires_in_days: float | None = None,
         *,
         run_as: str | None = None,
+        owner: str | None = None,
     ) -> TokenCreated:
-        return await self._do(_token_call(team, role, name, expires_in_days, run_as))
+        return await self._do(_token_call(team, role, name, expires_in_days, run_as, owner))
 
     async def tokens(self) -> builtins.list[TokenOut]:
         return await self._do(_Call("GET", f"{API_PREFIX}/tokens", _models(TokenOut)))

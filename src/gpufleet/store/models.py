@@ -77,6 +77,8 @@ class Token(Base):
     expires_at: Mapped[float | None] = mapped_column(Float, default=None)
     revoked_at: Mapped[float | None] = mapped_column(Float, default=None)
     run_as: Mapped[str | None] = mapped_column(String(32), default=None)  # wins over the team's
+    # the person holding it (migration 0011); None: made without one (it cannot approve proposals)
+    owner: Mapped[str | None] = mapped_column(String(127), default=None)
 
 
 class JobRow(Base):
@@ -385,17 +387,21 @@ class ProposalRow(Base):
     # pending | executed | failed | rejected | expired
     state: Mapped[str] = mapped_column(String(16), default="pending")
     proposed_by: Mapped[str] = mapped_column(String(32))  # token id
+    proposed_by_owner: Mapped[str | None] = mapped_column(String(127), default=None)  # its owner (0011)
     idempotency_key: Mapped[str | None] = mapped_column(String(255), default=None)
     request_sha256: Mapped[str | None] = mapped_column(String(64), default=None)
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
     decided_by: Mapped[str | None] = mapped_column(String(32), default=None)  # token id
+    decided_by_owner: Mapped[str | None] = mapped_column(String(127), default=None)  # its owner (0011)
     decided_at: Mapped[float | None] = mapped_column(Float, default=None)
     reason: Mapped[str] = mapped_column(Text, default="")  # the decider's words
     executed_at: Mapped[float | None] = mapped_column(Float, default=None)
     result: Mapped[str] = mapped_column(Text, default="")  # what the execution did, or why it failed
     result_job_id: Mapped[str | None] = mapped_column(String(32), default=None)  # a replacement job
     change: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # {"before": {...}, "after": {...}}
+    # what it read when it was planned, per field it sets (0011; None: made before); compared when approved
+    planned_on: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     # the measured effect: the target's cost in the window before and after the execution
     effect_window_s: Mapped[float] = mapped_column(Float)
     measured_before_usd: Mapped[float | None] = mapped_column(Float, default=None)

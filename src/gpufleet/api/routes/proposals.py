@@ -30,10 +30,14 @@ _CREATE = {
 _DECIDE = {
     **READ_ONE,
     403: {
-        "description": "The token that proposed it (self_approval), or a token that may not perform the "
-        "action by hand (a viewer; a member for quotas and budgets; another team)"
+        "description": "The token that proposed it (self_approval), a token without an owner approving "
+        "(owner_required), another token of the proposer's owner approving (same_person), or a token that "
+        "may not perform the action by hand (a viewer; a member for quotas and budgets; another team)"
     },
-    409: {"description": "Not pending any more: decided, or expired (proposal_not_pending)"},
+    409: {
+        "description": "Not pending any more: decided, or expired (proposal_not_pending); or, approving, "
+        "a field it sets changed since it was planned (stale: it stays pending)"
+    },
 }
 
 
@@ -97,7 +101,9 @@ def approve_proposal(
 ) -> ProposalOut:
     """Approve a pending proposal and execute its action at once: the answer is ``executed`` with
     what was done, or ``failed`` with why (then nothing of the action was kept). The approver must
-    be allowed to perform the action by hand and must not be the token that proposed it."""
+    be allowed to perform the action by hand and must be another person: a token with an owner,
+    not the proposer's token nor another token of its owner. A proposal whose target changed since
+    it was planned, in a field it sets, is refused (409 ``stale``) and stays pending."""
     out = service.approve(
         ctx.database,
         proposal_id,

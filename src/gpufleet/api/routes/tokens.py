@@ -26,7 +26,10 @@ router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 )
 def create_token(body: TokenCreate, ctx: Ctx, who: Caller) -> TokenCreated:
     """A new token for ``team`` (created if new). The secret is in this answer only. ``run_as``:
-    the token's own Unix account (an existing, non-root one), which wins over the team's."""
+    the token's own Unix account (an existing, non-root one), which wins over the team's.
+    ``owner``: the person holding it — proposals are approved by another person, so a second
+    token of the proposer's owner cannot approve, and a token without an owner cannot approve
+    any proposal."""
     require_admin(who)
     with input_at("body"):
         run_as = owners.check_run_as(body.run_as)
@@ -43,6 +46,7 @@ def create_token(body: TokenCreate, ctx: Ctx, who: Caller) -> TokenCreated:
             expires_at=expires_at,
             now=now,
             run_as=run_as,
+            owner=body.owner,
         )
         out = token_out(token)
     return TokenCreated(**out.model_dump(), token=secret)

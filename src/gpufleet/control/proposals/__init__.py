@@ -5,7 +5,15 @@ A proposal is stored ``pending`` with the proposer's estimate (dollars a month, 
 and changes nothing until a person decides it:
 
 - **approve** — the approver must be allowed to perform the action themselves (the checks of the
-  endpoint that does it by hand) and must not be the token that proposed it. The action is executed
+  endpoint that does it by hand) and must be *another person*: not the token that proposed it
+  (``self_approval``), a token with an ``owner`` (a token without one cannot approve:
+  ``owner_required``), and not held by the owner of the proposer's token (``same_person``, owners
+  compared without regard to case; a proposer's token without an owner is a person of its own).
+  The proposal records both owners. A proposal records the values it read of the fields it sets
+  (``planned_on``: ``quota_gpus.<model>``, ``limit_usd``/``action``/``throttle``, the job's
+  ``gpus``/``gpu_milli``/``mig_profile``, ``gpu_types`` or ``preemptible``); if one changed since,
+  applying its absolute values would undo that change, so the approval is refused (409 ``stale``,
+  naming each field with its planned-on and current value) and it stays pending. The action is executed
   at once, in the approval's transaction, inside a SAVEPOINT: it either happens whole and the
   proposal turns ``executed`` with what was done, or nothing of it is kept and the proposal turns
   ``failed`` with the reason (the job ended meanwhile, a budget blocks the replacement...).
@@ -45,8 +53,11 @@ from gpufleet.control.proposals.actions import JOB_SHAPE_ACTIONS, typed_params
 from gpufleet.control.proposals.common import (
     Actor,
     NothingToChangeError,
+    OwnerRequiredError,
     ProposalDecidedError,
+    SamePersonError,
     SelfApprovalError,
+    StaleProposalError,
     TargetStateError,
     UnsupportedActionError,
 )
@@ -62,8 +73,11 @@ __all__ = [
     "Actor",
     "ExecSettings",
     "NothingToChangeError",
+    "OwnerRequiredError",
     "ProposalDecidedError",
+    "SamePersonError",
     "SelfApprovalError",
+    "StaleProposalError",
     "TargetStateError",
     "UnsupportedActionError",
     "approve",

@@ -18,6 +18,28 @@ class SelfApprovalError(PermissionDeniedError):
     code = "self_approval"
 
 
+class SamePersonError(PermissionDeniedError):
+    """The approver's token is held by the person who holds the proposer's (another token of theirs)."""
+
+    code = "same_person"
+
+
+class OwnerRequiredError(PermissionDeniedError):
+    """The approver's token has no owner: nothing says it is not the proposer's other token."""
+
+    code = "owner_required"
+
+
+class StaleProposalError(ConflictError):
+    """A field the proposal sets changed since it was planned: applying it would undo that change."""
+
+    code = "stale"
+
+    def __init__(self, message: str, *, fields: dict[str, tuple[object, object]]) -> None:
+        super().__init__(message)
+        self.fields = fields  # field → (planned-on value, current value)
+
+
 class ProposalDecidedError(ConflictError):
     """The proposal is not pending (decided, or expired)."""
 
@@ -51,3 +73,8 @@ class Actor:
 
     def sees_team(self, team: str | None) -> bool:
         return self.is_admin or (team is not None and team == self.team)
+
+
+def same_person(a: str, b: str) -> bool:
+    """Whether two owners name the same person (without regard to case or surrounding blanks)."""
+    return a.strip().casefold() == b.strip().casefold()

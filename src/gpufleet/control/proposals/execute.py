@@ -17,15 +17,30 @@ from gpufleet.control.proposals.actions import (
     visible_job,
     visible_proposal,
 )
-from gpufleet.control.proposals.common import Actor, ProposalDecidedError, SelfApprovalError, TargetStateError
+from gpufleet.control.proposals.common import (
+    Actor,
+    OwnerRequiredError,
+    ProposalDecidedError,
+    SamePersonError,
+    SelfApprovalError,
+    StaleProposalError,
+    TargetStateError,
+    same_person,
+)
 from gpufleet.control.proposals.plan import (
+    budget_fields,
+    changed_fields,
     gpus_text,
     hours_text,
+    job_fields,
     plan_budget,
     plan_idle,
     plan_job_shape,
     plan_quota,
+    quota_fields,
+    recorded_planned_on,
     shape_of_job,
+    value_text,
 )
 from gpufleet.control.proposals.wire import proposal_out
 from gpufleet.cost.rules import PricingRules
@@ -73,12 +88,53 @@ def _authorize(s: Session, row: ProposalRow, who: Actor) -> None:
         raise PermissionDeniedError(f"changing {what} needs an admin token: only an admin may approve this")
 
 
+def _approver_owner(s: Session, row: ProposalRow, who: Actor) -> str:
+    """The person approving: another person than the one holding the proposer's token. A token
+    without an owner cannot approve (nothing says it is not the proposer's other token); a
+    proposer's token without an owner is a person of its own (no other token is theirs)."""
+    owner = repo.token_owner(s, who.token_id)
+    if owner is None:
+        raise OwnerRequiredError(
+            f"token {who.token_id} has no owner, so nothing shows it is held by another person than the "
+            "proposer: approving needs a token that names its owner (gpufleet token create ... --owner NAME)"
+        )
+    proposer = row.proposed_by_owner or repo.token_owner(s, row.proposed_by)
+    if proposer is not None and same_person(owner, proposer):
+        raise SamePersonError(
+            f"proposal {row.id} was proposed by {proposer} (token {row.proposed_by}) and token {who.token_id} "
+            f"is {owner}'s too: another person must approve it"
+        )
+    return owner
+
+
+def _check_fresh(row: ProposalRow, params: Any, current: dict[str, Any]) -> None:
+    """Refuse (409 ``stale``) when a field the proposal sets changed since it was planned: applying
+    its absolute values would undo that change."""
+    planned = row.planned_on
+    if planned is None:  # stored before planned-on values were: what it recorded as before
+        planned = recorded_planned_on(row.action, params, row.change)
+    changed = changed_fields(planned, current)
+    if not changed:
+        return
+    moves = "; ".join(
+        f"{field} was {value_text(was)} when it was proposed and is {value_text(now)} now"
+        for field, (was, now) in changed.items()
+    )
+    raise StaleProposalError(
+        f"proposal {row.id} is stale: {moves}. Approving it would undo that change; reject it and "
+        "propose again from the current state",
+        fields=changed,
+    )
+
+
 def _execute(s: Session, row: ProposalRow, who: Actor, now: float, settings: ExecSettings) -> _Done:
-    """Do the action (in the caller's SAVEPOINT: on any error nothing of it is kept)."""
+    """Do the action (in the caller's SAVEPOINT: on any error nothing of it is kept; a stale
+    proposal is refused before anything is done)."""
     params = typed_params(row.action, row.params or {})
     by = f"proposal {row.id} ({row.action}, approved by {who.token_id})"
     if row.action in JOB_SHAPE_ACTIONS:
         job = visible_job(s, who, row.target, for_update=True)
+        _check_fresh(row, params, job_fields(job, row.action))
         prepared, change = plan_job_shape(s, job, row.action, params, team=who.team, role=who.role)
         cancelled = jobs_service.cancel(s, job, by=f"{by}: replaced by a new job", now=now)
         if cancelled.state != JobState.CANCELLED.value:
@@ -115,7 +171,8 @@ def _execute(s: Session, row: ProposalRow, who: Actor, now: float, settings: Exe
             change,
         )
     if row.action == "change_quota":
-        team = repo.get_team(s, row.target)
+        team = repo.lock_team(s, row.target)
+        _check_fresh(row, params, quota_fields(s, team.name, params))
         quotas, change = plan_quota(s, team.name, params)
         repo.upsert_team(
             s,
@@ -134,6 +191,7 @@ def _execute(s: Session, row: ProposalRow, who: Actor, now: float, settings: Exe
         )
         return _Done(f"team {team.name}'s quota: {moves}", change)
     budget_row = visible_budget(s, who, row.target, for_update=True)
+    _check_fresh(row, params, budget_fields(budget_row, params))
     budget, change = plan_budget(budget_row, params)
     enabled = budget_row.enabled
     updated = budgets_repo.update_budget(s, budget_row.id, budget, now)
@@ -164,8 +222,10 @@ def approve(
     """Approve and execute a pending proposal; returns it ``executed`` or ``failed``.
 
     404 when ``who`` may not see it; 403 when ``who`` proposed it (an agent never approves its own
-    proposal) or may not perform the action by hand; 409 when it is not pending (an approval
-    retried by the same token returns the proposal it decided)."""
+    proposal), may not perform the action by hand, has no owner (``owner_required``) or is held by
+    the person holding the proposer's token (``same_person``); 409 when it is not pending (an
+    approval retried by the same token returns the proposal it decided) or when a field it sets
+    changed since it was planned (``stale``: nothing is done, it stays pending)."""
     expired = False
     with db.session() as s:
         row = visible_proposal(s, who, proposal_id, for_update=True)
@@ -181,12 +241,13 @@ def approve(
                     "a proposal cannot be approved by the token that proposed it: another person must approve it"
                 )
             _authorize(s, row, who)
-            decided = {"decided_by": who.token_id, "decided_at": now, "reason": reason}
+            owner = _approver_owner(s, row, who)
+            decided = {"decided_by": who.token_id, "decided_by_owner": owner, "decided_at": now, "reason": reason}
             change = dict(row.change or {})
             try:
                 with s.begin_nested():
                     done = _execute(s, row, who, now, settings)
-            except StoreError:
+            except (StoreError, StaleProposalError):
                 raise
             except GpufleetError as e:  # the SAVEPOINT is rolled back: nothing of the action is kept
                 repo.decide_proposal(s, row, "failed", **decided, result=_why(e))
@@ -222,7 +283,15 @@ def reject(db: Database, proposal_id: str, who: Actor, *, reason: str, now: floa
         else:
             if row.proposed_by != who.token_id:
                 _authorize(s, row, who)
-            repo.decide_proposal(s, row, "rejected", decided_by=who.token_id, decided_at=now, reason=reason)
+            repo.decide_proposal(
+                s,
+                row,
+                "rejected",
+                decided_by=who.token_id,
+                decided_by_owner=repo.token_owner(s, who.token_id),
+                decided_at=now,
+                reason=reason,
+            )
             return proposal_out(row, now)
     assert expired
     raise ProposalDecidedError(f"proposal {proposal_id} expired before anyone decided it")

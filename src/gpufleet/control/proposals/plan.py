@@ -4,6 +4,7 @@ run: nothing is changed) and when it is approved, and the change it makes (``bef
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -245,6 +246,89 @@ def plan_budget(row: BudgetRow, params: ChangeBudgetParams) -> tuple[Budget, dic
         "scope": {"kind": scope.kind, "value": scope.value, "owner": scope.owner},
     }
     return new, change
+
+
+# -- what a proposal read when it was planned (compared when it is approved) ------------------------
+#
+# A proposal sets absolute values ("quota 8", "limit $500"), planned on the state it read. Applied
+# after someone changed one of those fields, it would silently undo that change; so the values it
+# read are stored (``planned_on``, per field it sets) and compared with the current ones when it is
+# approved. Only the fields it sets count: a change elsewhere on the target undoes nothing.
+
+_JOB_FIELDS = {
+    "resize": ("gpus", "gpu_milli", "mig_profile"),
+    "change_gpu_type": ("gpu_types",),
+    "move_to_spot": ("preemptible",),
+}
+_BUDGET_FIELDS = ("limit_usd", "action", "throttle")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as it reads back from JSON (lists for tuples, plain dicts), for comparing."""
+    return json.loads(json.dumps(value))
+
+
+def _quota_models(params: ChangeQuotaParams) -> list[str]:
+    models = ("*" if m == "*" else canonical_gpu_name(m) for m in params.quota_gpus)
+    return [m for m in models if m is not None]  # an unknown model is refused by plan_quota
+
+
+def job_fields(job: JobRow, action: str) -> dict[str, Any]:
+    """The job's values of the fields ``action`` sets (as the change's ``before`` shows them)."""
+    shape = _shape(shape_of_job(job))
+    return {k: _plain(shape[k]) for k in _JOB_FIELDS.get(action, ())}
+
+
+def quota_fields(s: Session, team: str, params: ChangeQuotaParams) -> dict[str, Any]:
+    """The team's quota, in GPUs, of each model the proposal names (None: it has none)."""
+    current = repo.team_quotas(s, team)
+    return {f"quota_gpus.{m}": (current[m] / MILLI if m in current else None) for m in _quota_models(params)}
+
+
+def budget_fields(row: BudgetRow, params: ChangeBudgetParams) -> dict[str, Any]:
+    """The budget's values of the fields the proposal gives (limit, action, throttle)."""
+    view = _budget_view(budgets_repo.budget_of(row))
+    return {k: _plain(view[k]) for k in _BUDGET_FIELDS if getattr(params, k) is not None}
+
+
+def planned_on(s: Session, action: str, target: str, params: Any, who: Actor) -> dict[str, Any]:
+    """What the action reads now of the fields it sets: stored with the proposal. (Cancelling an
+    idle job sets no value: whether it is still idle is checked again when it is approved.)"""
+    if action in JOB_SHAPE_ACTIONS:
+        return job_fields(visible_job(s, who, target), action)
+    if action == "cancel_idle_job":
+        return {}
+    if PROPOSAL_TARGETS[action] == "team":
+        return quota_fields(s, target, params)
+    return budget_fields(visible_budget(s, who, target), params)
+
+
+def recorded_planned_on(action: str, params: Any, change: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``planned_on`` of a proposal stored without it (made before it was recorded), from the
+    ``before`` it recorded when proposed: the whole quota map; the budget's and the job's fields
+    that were to change."""
+    before = ((change or {}).get("proposed") or {}).get("before") or {}
+    if action == "change_quota":
+        return {f"quota_gpus.{m}": before.get(m) for m in _quota_models(params)}
+    keys = _JOB_FIELDS.get(action) or (_BUDGET_FIELDS if action == "change_budget" else ())
+    return {k: _plain(before[k]) for k in keys if k in before}
+
+
+def changed_fields(planned: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``field → (planned-on value, current value)`` of each planned-on field that changed since."""
+    return {k: (v, current.get(k)) for k, v in planned.items() if _plain(v) != _plain(current.get(k))}
+
+
+def value_text(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return f"{value:g}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
 
 
 def dry_run(s: Session, action: str, target: str, params: Any, who: Actor, now: float) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpufleet.control.proposals.actions import target_team, typed_params, visible_proposal
 from gpufleet.control.proposals.common import Actor, UnsupportedActionError
-from gpufleet.control.proposals.plan import dry_run
+from gpufleet.control.proposals.plan import dry_run, planned_on
 from gpufleet.control.proposals.wire import proposal_out
 from gpufleet.errors import ConflictError
 from gpufleet.store import repo
@@ -33,8 +33,10 @@ def propose(
     """Store a pending proposal; returns ``(proposal, created)``. Anyone who can see the target may
     propose (a 404 otherwise, as reading it would answer). The action is checked as its execution
     would check it (a 422 naming ``params.<field>`` or ``target``, a 409 when the target is not in
-    a state it applies to or nothing would change) but nothing is changed. With an
-    ``idempotency_key`` a repeated request returns the first proposal."""
+    a state it applies to or nothing would change) but nothing is changed. The values it read of
+    the fields it sets are stored (``planned_on``): approving it after one of them changed is
+    refused (409 ``stale``). With an ``idempotency_key`` a repeated request returns the first
+    proposal."""
     if body.action == "reschedule_off_peak":
         raise UnsupportedActionError(
             "reschedule_off_peak is not supported: jobs have no start-after time the scheduler honours, "
@@ -55,6 +57,7 @@ def propose(
                 return proposal_out(found, now), False
         team = target_team(s, body.action, body.target, who)
         change = dry_run(s, body.action, body.target, params, who, now)
+        planned = planned_on(s, body.action, body.target, params, who)
         est = body.estimate
         values: dict[str, Any] = {
             "action": body.action,
@@ -66,11 +69,13 @@ def propose(
             "est_confidence": None if est is None else est.confidence,
             "est_basis": "" if est is None else est.basis,
             "proposed_by": who.token_id,
+            "proposed_by_owner": repo.token_owner(s, who.token_id),
             "idempotency_key": idempotency_key,
             "request_sha256": digest,
             "created_at": now,
             "expires_at": now + (body.expires_in_s or DEFAULT_TTL_S),
             "change": {"proposed": change},
+            "planned_on": planned,
             "effect_window_s": body.effect_window_s,
         }
         row, created = repo.insert_proposal(s, values)

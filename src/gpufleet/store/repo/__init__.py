@@ -56,6 +56,7 @@ from gpufleet.store.repo.proposals import (
     insert_proposal,
     job_utilization,
     list_proposals,
+    lock_team,
     proposal_by_key,
     proposal_upkeep_due,
     proposals_to_measure,
@@ -93,7 +94,15 @@ from gpufleet.store.repo.teams import (
     team_quotas,
     upsert_team,
 )
-from gpufleet.store.repo.tokens import ROLES, authenticate, create_token, hash_secret, list_tokens, revoke_token
+from gpufleet.store.repo.tokens import (
+    ROLES,
+    authenticate,
+    create_token,
+    hash_secret,
+    list_tokens,
+    revoke_token,
+    token_owner,
+)
 
 __all__ = [
     "MAX_PAGE",
@@ -141,6 +150,7 @@ __all__ = [
     "list_tokens",
     "live_nodes",
     "load_ledger",
+    "lock_team",
     "mark_run_started",
     "node_intervals",
     "node_models",
@@ -168,6 +178,7 @@ __all__ = [
     "state_changes_since",
     "submit_job",
     "team_quotas",
+    "token_owner",
     "transition",
     "upsert_node",
     "upsert_team",

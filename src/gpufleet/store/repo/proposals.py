@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpufleet.errors import ConflictError, InputError, NotFoundError
-from gpufleet.store.models import GpuSampleRow, ProposalRow
+from gpufleet.store.models import GpuSampleRow, ProposalRow, Team
 from gpufleet.store.repo._common import _random_id, _rowcount
 
 MAX_PROPOSALS_PAGE: Final = 1000
@@ -64,6 +64,15 @@ def get_proposal(s: Session, id: str, *, for_update: bool = False) -> ProposalRo
     if row is None:
         raise NotFoundError(f"no proposal '{id}'")
     return row
+
+
+def lock_team(s: Session, name: str) -> Team:
+    """Team ``name``, its row locked until the transaction ends (PostgreSQL; SQLite serializes
+    writers anyway): its quota read while approving a quota change cannot change before it is set."""
+    team = s.get(Team, name, with_for_update=True, populate_existing=True)
+    if team is None:
+        raise NotFoundError(f"team '{name}' not found")
+    return team
 
 
 def list_proposals(

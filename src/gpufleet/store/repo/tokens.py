@@ -30,12 +30,16 @@ def create_token(
     expires_at: float | None = None,
     now: float,
     run_as: str | None = None,
+    owner: str | None = None,
 ) -> tuple[Token, str]:
     """A new token for ``team`` (created if missing); returns it and its secret, which is not
     stored (only its SHA-256) and so can be shown only now. ``run_as``: the token's own Unix
-    account for the jobs it submits (wins over the team's)."""
+    account for the jobs it submits (wins over the team's). ``owner``: the person holding it (a
+    proposal is approved by another person; a token without an owner cannot approve one)."""
     if role not in ROLES:
         raise InputError(f"unknown role '{role}' (known: {', '.join(sorted(ROLES))})", field="role")
+    if owner is not None and not owner.strip():
+        raise InputError("owner must name a person (or be left out)", field="owner")
     if expires_at is not None and expires_at <= now:
         raise InputError("expires_at must be in the future", field="expires_at")
     ensure_team(s, team, now)
@@ -50,6 +54,7 @@ def create_token(
         expires_at=expires_at,
         revoked_at=None,
         run_as=run_as,
+        owner=owner,
     )
     s.add(token)
     s.flush()
@@ -65,6 +70,11 @@ def authenticate(s: Session, secret: str, now: float) -> Token | None:
     if token.expires_at is not None and token.expires_at <= now:
         return None
     return token
+
+
+def token_owner(s: Session, token_id: str) -> str | None:
+    """The person holding token ``token_id`` (None: it has no owner, or there is no such token)."""
+    return s.scalar(select(Token.owner).where(Token.id == token_id))
 
 
 def list_tokens(s: Session, team: str | None = None) -> list[Token]:
