@@ -22,7 +22,17 @@ server's (folders 0700, files 0600): the store, the admin token, the run directo
 A job runs as its owner's Unix account (:mod:`gpufleet.backends.accounts`) with an environment
 built from nothing, and may write only its own folder ``<job_root>/<team>/<job_id>/`` (0700, owned
 by its account: its checkpoints and progress file) and whatever its account may write anyway.
-Where cgroup v2 is usable, each run gets a cgroup with its CPU and memory request as limits.
+Where cgroup v2 is usable, each run gets a cgroup with its CPU and memory request and the
+process limit ``max_job_pids`` as limits (without one, the process limit falls back to the job
+account's ``RLIMIT_NPROC``).
+
+Containment: nothing of a run outlives it. When a run ends (on its own, stopped, timed out) its
+shim kills every process of it; when its shim vanished, :func:`kill_stale` does, from the run's
+cgroup and its marker (``GPUFLEET_RUN_ID``, a per-run nonce every process of it inherits). A run's
+log is capped at ``max_log_bytes`` of output and may live on its own file system (``log_dir``),
+so a job cannot fill the store's; and a run whose end could not be written to ``status.json`` (a
+full disk) records it in place in a file reserved at its start (``status.reserve``), so it is
+reported as it ended, never as LOST (which would run it again).
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import logging
 import math
 import os
 import re
+import secrets
 import signal
 import socket
 import stat
@@ -72,6 +83,8 @@ from gpufleet.telemetry.nvml import MigDevice, Nvml
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
+DEFAULT_MAX_LOG_BYTES = 1024 * MIB  # a run's output kept in its log; the rest is dropped
+DEFAULT_MAX_JOB_PIDS = 4096  # processes (and threads) of one run
 START_TIMEOUT_S = 10.0  # how long launch waits for the shim to report the command's pid
 ADOPT_TIMEOUT_S = 2.0  # how long recover waits for a just-started shim's pid.json
 _WAIT_STEP_S = 0.005
@@ -157,11 +170,16 @@ def kill_stale(run_dir: Path) -> list[int]:
     """Kill whatever is left of a run whose shim is gone; return the pids signalled.
 
     The command's process group is killed if its leader is still the same process (pid and start
-    time); then every process of the dead shim's session that started after it is killed too
-    (this finds the command even when the shim died before recording its pid). The session sweep
-    is skipped if the shim's pid now belongs to another process, whose session it could be.
+    time); then every process of the dead shim's session that started after it (this finds the
+    command even when the shim died before recording its pid); then, until none is left, every
+    process in the run's cgroup and every process carrying the run's marker (``GPUFLEET_RUN_ID``):
+    daemons that left the session are found that way. The session sweep is skipped if the shim's
+    pid now belongs to another process, whose session it could be. Without a cgroup, a process
+    that both left the session and dropped the marker from its environment after its shim was
+    SIGKILLed is not found (the shim, alive, finds it as its descendant).
     """
     info = shim.read_json(run_dir / shim.PID) or {}
+    spec = shim.read_json(run_dir / shim.SPEC) or {}
     killed: list[int] = []
     child, child_start = info.get("child_pid"), info.get("child_start")
     if shim.is_same_process(child, child_start):
@@ -174,8 +192,15 @@ def kill_stale(run_dir: Path) -> list[int]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
+    cg = spec.get("cgroup")
+    cgroup = Path(cg["parent"]) / cg["name"] if isinstance(cg, dict) and cg.get("parent") and cg.get("name") else None
+    marker = spec.get("run_id") if isinstance(spec.get("run_id"), str) else None
+    if (cgroup is not None and cgroup.exists()) or marker:
+        killed += shim.kill_run(marker, None, cgroup if cgroup is not None and cgroup.exists() else None)
+    if cgroup is not None and cgroup.exists() and not cgroups.remove(cgroup):
+        log.warning("cannot remove the cgroup %s of lost run %s", cgroup, run_dir)
     if killed:
-        log.warning("killed stale processes %s of lost run %s", killed, run_dir)
+        log.warning("killed stale processes %s of lost run %s", sorted(set(killed)), run_dir)
     return killed
 
 
@@ -194,6 +219,11 @@ class LocalBackend:
     ``gpus`` declares the GPUs (e.g. ``"8xA100-80GB"``, see :mod:`gpufleet.backends.gpuspec`);
     ``None`` asks NVML and falls back to no GPUs where there is no driver. ``cpu_milli`` and
     ``memory_mib`` override what the OS reports (to leave room for the server itself).
+    ``log_dir``: where jobs' logs go (default ``<state_dir>/logs``; another file system keeps a job's
+    output from filling the store's); ``max_log_bytes``: a run's output kept in its log (None: all);
+    ``max_job_pids``: processes of one run (its cgroup's ``pids.max``, else the job account's
+    ``RLIMIT_NPROC``; None: no limit). ``cgroup_root``: where cgroup v2 is looked for (None: no
+    cgroups, for tests of the fallback).
     """
 
     name = "local"
@@ -213,14 +243,22 @@ class LocalBackend:
         policy: AccountPolicy | None = None,
         job_root: Path | None = None,
         cgroup_root: Path | None = cgroups.DEFAULT_ROOT,
+        log_dir: Path | None = None,
+        max_log_bytes: int | None = DEFAULT_MAX_LOG_BYTES,
+        max_job_pids: int | None = DEFAULT_MAX_JOB_PIDS,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
+        self.log_dir = Path(log_dir).resolve() if log_dir is not None else self.state_dir / "logs"
+        self.max_log_bytes = max_log_bytes  # per run; None: no cap
+        self.max_job_pids = max_job_pids  # per run (cgroup) or per account (RLIMIT_NPROC); None: none
         self.policy = policy or AccountPolicy()
         if job_root is None:
             job_root = ROOT_JOB_ROOT if os.geteuid() == 0 else self.state_dir / "jobs"
         self.job_root = Path(job_root).resolve()
-        self.cgroups = cgroups.detect(cgroup_root) if cgroup_root is not None else cgroups.CgroupSupport(
-            None, "cgroups switched off in the configuration"
+        self.cgroups = (
+            cgroups.detect(cgroup_root)
+            if cgroup_root is not None
+            else cgroups.CgroupSupport(None, "cgroups switched off in the configuration")
         )
         self._progress_paths: dict[tuple[str, int], Path] = {}
         self.node_name = node_name or socket.gethostname()
@@ -236,12 +274,26 @@ class LocalBackend:
         _private_dir(self.state_dir)
         for sub in ("runs", "logs"):
             _private_dir(self.state_dir / sub)
+        _private_dir(self.log_dir)
         _passable_dir(self.job_root)
         self.gpus: list[LocalGpu] = self._discover_gpus()
         self.capabilities = self._capabilities()
         for cap in (Capability.RUN_AS, Capability.RESOURCE_LIMITS, Capability.DEVICE_ISOLATION):
             if cap in self.capabilities.missing:  # once, at start: what the kernel does not enforce here
                 log.warning("local backend: no %s: %s", cap.value, self.capabilities.missing[cap])
+        if not self.policy.can_switch:
+            pass  # jobs run as the server: the warnings above say what that means
+        elif not self.cgroups.available:
+            log.warning(
+                "local backend: runs get no cgroup (%s): their leftover processes are found by their shim "
+                "and their environment only, and the process limit is the job account's RLIMIT_NPROC",
+                self.cgroups.reason,
+            )
+        elif not self.cgroups.limits_pids and self.max_job_pids:
+            log.warning(
+                "local backend: no pids controller in the runs' cgroups: the process limit is the job "
+                "account's RLIMIT_NPROC (all its processes together; none for jobs run as the server's account)"
+            )
 
     # ---- inventory -------------------------------------------------------------------------
 
@@ -275,10 +327,11 @@ class LocalBackend:
             supported.add(Capability.RUN_AS)
         else:
             missing[Capability.RUN_AS] = "the server is not root, so every job runs as the server's own account"
-        if self.cgroups.available:
+        if self.cgroups.enforces_limits:
             supported.add(Capability.RESOURCE_LIMITS)
         else:
-            missing[Capability.RESOURCE_LIMITS] = f"CPU and memory requests are not enforced: {self.cgroups.reason}"
+            why = self.cgroups.reason or self.cgroups.limits_reason
+            missing[Capability.RESOURCE_LIMITS] = f"CPU and memory requests are not enforced: {why}"
         missing[Capability.DEVICE_ISOLATION] = (
             "GPU access is limited by CUDA_VISIBLE_DEVICES only: the cgroup v2 BPF device filter is not loaded"
         )
@@ -323,7 +376,7 @@ class LocalBackend:
     def log_path(self, job_id: str) -> Path:
         """The job's log: every run appends to it, between a header and a footer line."""
         _check_key(job_id, 1)
-        return self.state_dir / "logs" / f"{job_id}.log"
+        return self.log_dir / f"{job_id}.log"
 
     # ---- launch ----------------------------------------------------------------------------
 
@@ -344,7 +397,8 @@ class LocalBackend:
             _check_strings(req)
             account = self.policy.resolve(req.run_as)
             job_dir = self._job_dir(req, account)
-            env = self._job_env(req, account, job_dir)
+            run_id = f"{req.job_id}.{req.run}.{secrets.token_hex(4)}"  # unique on this host, across servers
+            env = self._job_env(req, account, job_dir, run_id)
             _private_dir(run_dir.parent)
             _private_dir(run_dir)
             fd = os.open(run_dir / shim.LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -353,9 +407,10 @@ class LocalBackend:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     return self._adopt(key, run_dir)  # a live shim (maybe another server's) runs it
-                if (run_dir / shim.STATUS).exists() or (run_dir / shim.PID).exists():
+                if shim.has_ended(run_dir) or (run_dir / shim.PID).exists():
                     return self._watch_existing(key, run_dir)
-                watch = _Watch(req.job_id, req.run, run_dir, self._spawn(req, run_dir, env, fd, account, job_dir))
+                popen = self._spawn(req, run_dir, env, fd, account, job_dir, run_id)
+                watch = _Watch(req.job_id, req.run, run_dir, popen)
             finally:
                 os.close(fd)
             self._watched[key] = watch
@@ -367,7 +422,14 @@ class LocalBackend:
                 raise
 
     def _spawn(
-        self, req: LaunchRequest, run_dir: Path, env: dict[str, str], lock_fd: int, account: Account, job_dir: Path
+        self,
+        req: LaunchRequest,
+        run_dir: Path,
+        env: dict[str, str],
+        lock_fd: int,
+        account: Account,
+        job_dir: Path,
+        run_id: str,
     ) -> subprocess.Popen[bytes]:
         """Write spec.json and start the shim, handing it the held lock."""
         switch = account.uid != os.geteuid()
@@ -375,13 +437,14 @@ class LocalBackend:
         if self.cgroups.parent is not None:
             cgroup = {
                 "parent": str(self.cgroups.parent),
-                "name": f"{req.job_id}.{req.run}",
+                "name": run_id,
                 "cpu_milli": req.cpu_milli,
                 "memory_mib": req.memory_mib,
             }
         spec = {
             "job_id": req.job_id,
             "run": req.run,
+            "run_id": run_id,
             "command": list(req.command),
             "env": env,
             "cwd": req.cwd,
@@ -391,6 +454,8 @@ class LocalBackend:
             "account": account.to_json() if switch else None,
             "cgroup": cgroup,
             "log_path": str(self.log_path(req.job_id)),
+            "max_log_bytes": self.max_log_bytes,
+            "max_pids": self.max_job_pids,
             "max_runtime_s": req.max_runtime_s,
             "grace_s": req.grace_s,
             "restart_count": req.restart_count,
@@ -427,9 +492,9 @@ class LocalBackend:
         deadline = started + START_TIMEOUT_S
         while time.time() < deadline:
             info = shim.read_json(watch.run_dir / shim.PID) or {}
-            if "child_pid" in info or (watch.run_dir / shim.STATUS).exists():
+            if "child_pid" in info or shim.has_ended(watch.run_dir):
                 return self._handle(watch)
-            if watch.popen.poll() is not None and not (watch.run_dir / shim.STATUS).exists():
+            if watch.popen.poll() is not None and not shim.has_ended(watch.run_dir):
                 raise BackendError(
                     f"job {watch.job_id} run {watch.run}: the run shim exited with code {watch.popen.returncode} "
                     f"before starting it: {_tail(watch.run_dir / shim.SHIM_LOG)}"
@@ -444,7 +509,7 @@ class LocalBackend:
         self._watched[key] = watch
         deadline = time.time() + ADOPT_TIMEOUT_S
         while "child_pid" not in (shim.read_json(run_dir / shim.PID) or {}) and time.time() < deadline:
-            if (run_dir / shim.STATUS).exists() or not _lock_held(run_dir):
+            if shim.has_ended(run_dir) or not _lock_held(run_dir):
                 break
             time.sleep(_WAIT_STEP_S)
         return self._handle(watch)
@@ -458,7 +523,7 @@ class LocalBackend:
 
     def _handle(self, watch: _Watch) -> RunHandle:
         info = shim.read_json(watch.run_dir / shim.PID) or {}
-        status = shim.read_json(watch.run_dir / shim.STATUS) or {}
+        status = shim.read_status(watch.run_dir) or {}
         pid = info.get("child_pid") or info.get("shim_pid") or (watch.popen.pid if watch.popen else 0)
         started_at = info.get("started_at") or status.get("started_at") or 0.0
         return RunHandle(watch.job_id, watch.run, int(pid), float(started_at), str(self.log_path(watch.job_id)))
@@ -492,7 +557,7 @@ class LocalBackend:
             raise BackendError(f"job {req.job_id}: cannot prepare its folder under {team_dir}: {why}") from e
         return job_dir
 
-    def _job_env(self, req: LaunchRequest, account: Account, job_dir: Path) -> dict[str, str]:
+    def _job_env(self, req: LaunchRequest, account: Account, job_dir: Path, run_id: str) -> dict[str, str]:
         """The command's environment, built from nothing (see :func:`accounts.job_environment`):
         the account's basics, the request's ``env``, the placement's GPU selection and the gpufleet
         variables (which win)."""
@@ -502,6 +567,7 @@ class LocalBackend:
             {
                 "GPUFLEET_JOB_ID": req.job_id,
                 "GPUFLEET_RUN": str(req.run),
+                shim.RUN_ID_ENV: run_id,  # the run's marker: its leftover processes are found by it
                 "GPUFLEET_CHECKPOINT_DIR": ckpt,
                 "GPUFLEET_RESTART_COUNT": str(req.restart_count),
                 "GPUFLEET_NODE": self.node_name,
@@ -600,7 +666,7 @@ class LocalBackend:
         a no-op."""
         grace_s = self.default_grace_s if grace_s is None else grace_s
         run_dir = self.run_dir(job_id, run)
-        if not run_dir.is_dir() or (run_dir / shim.STATUS).exists():
+        if not run_dir.is_dir() or shim.has_ended(run_dir):
             return
         if not (run_dir / shim.STOP).exists():  # the first request's reason and grace stand
             shim.write_json_atomic(
@@ -615,7 +681,7 @@ class LocalBackend:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(spid, signal.SIGUSR1)
             log.info("stopping %s run %d (%s, grace %.1f s)", job_id, run, reason, grace_s)
-        elif not _lock_held(run_dir) and not (run_dir / shim.STATUS).exists():
+        elif not _lock_held(run_dir) and not shim.has_ended(run_dir):
             kill_stale(run_dir)  # the shim is gone: make sure nothing of the run runs; poll() says LOST
 
     # ---- poll / recover --------------------------------------------------------------------
@@ -637,16 +703,35 @@ class LocalBackend:
         return events
 
     def _check(self, watch: _Watch) -> BackendEvent | None:
-        status = shim.read_json(watch.run_dir / shim.STATUS)
+        status = shim.read_status(watch.run_dir)
         if status is not None:
             return self._end_event(watch.job_id, watch.run, status)
         alive = watch.popen.poll() is None if watch.popen is not None else _lock_held(watch.run_dir)
         if alive:
             return None
-        status = shim.read_json(watch.run_dir / shim.STATUS)  # it may have ended since the first look
+        status = shim.read_status(watch.run_dir)  # it may have ended since the first look
         if status is not None:
             return self._end_event(watch.job_id, watch.run, status)
+        if watch.popen is not None and watch.popen.returncode == shim.UNRECORDED:
+            return self._unrecorded_event(watch.job_id, watch.run, watch.run_dir)
         return self._lost_event(watch.job_id, watch.run, watch.run_dir)
+
+    def _unrecorded_event(self, job_id: str, run: int, run_dir: Path) -> BackendEvent:
+        """The shim said (by its exit code) that the run ended but it could write its end nowhere:
+        FAILED, not LOST, so that a run that ran to its end is not started again."""
+        kill_stale(run_dir)
+        info = shim.read_json(run_dir / shim.PID) or {}
+        now = time.time()
+        return BackendEvent(
+            kind=EventKind.FAILED,
+            time=now,
+            job_id=job_id,
+            run=run,
+            reason="the run ended, but its shim could not record how (is the state folder's file system full?)",
+            started_at=info.get("started_at"),
+            ended_at=now,
+            node=self.node_name,
+        )
 
     def _end_event(self, job_id: str, run: int, status: dict[str, Any]) -> BackendEvent:
         ended_at = float(status.get("ended_at") or time.time())
@@ -687,11 +772,11 @@ class LocalBackend:
         key = (job_id, run)
         run_dir = self.run_dir(job_id, run)
         with self._mutex:
-            status = shim.read_json(run_dir / shim.STATUS)
+            status = shim.read_status(run_dir)
             if status is None and _lock_held(run_dir):
                 handle = self._watched.get(key)
                 return Recovered(RecoveredState.RUNNING, self._handle(handle) if handle else self._adopt(key, run_dir))
-            status = status or shim.read_json(run_dir / shim.STATUS)
+            status = status or shim.read_status(run_dir)
             self._watched.pop(key, None)
             if status is not None:
                 self._reported.add(key)
