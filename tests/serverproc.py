@@ -100,7 +100,11 @@ class ServerProcess:
         log = open(self.home / f"server-{self.port}-{self.starts}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:  # never leave a server that did not come up running (with its API workers)
+            self.kill()
+            raise
         return self
 
     def wait_ready(self, timeout: float) -> None:
@@ -120,9 +124,12 @@ class ServerProcess:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.home.glob("server-*.log")))
 
     def kill(self) -> None:
-        """SIGKILL: no clean-up of any kind, as in a crash."""
+        """SIGKILL: no clean-up of any kind, as in a crash. The server's process group goes with it
+        (its API worker processes, which would otherwise live on holding the port); jobs run in
+        sessions of their own and live on."""
         if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
     def stop(self, timeout: float = 20.0) -> None:

@@ -21,9 +21,10 @@ from gpufleet.cost.budget_status import ANOMALY_THRESHOLD
 from gpufleet.cost.periods import DAY_S, last_complete_day
 from gpufleet.errors import InputError
 from gpufleet.notify.channels import EmailChannel, email_message, pagerduty_payload
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobRow
+from gpufleet.store.repo import budgets as budgets_repo
 from tests.api_support import Api, make_api
 from tests.budget_support import NODE, NODE_GPUS, NODE_USD_PER_HOUR, add_node, add_spend, http_receiver
 

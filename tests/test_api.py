@@ -529,7 +529,7 @@ def test_metrics_parse(api: Api) -> None:
     _cluster(api)
     api.submit("alice")
     api.client.get("/v1/jobs/j-nope", headers=api.h("alice"))
-    text = api.client.get("/metrics").text
+    text = api.client.get("/metrics", headers=api.h("admin")).text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     reqs = {
         (s.labels["method"], s.labels["route"], s.labels["status"]): s.value
@@ -564,12 +564,12 @@ def test_metrics_pass_promtool(api: Api, tmp_path: Path) -> None:
     build(api, SCENARIOS[0])
     api.submit("alice")
     api.client.app.state.metrics.observe_cycle(0.01)  # type: ignore[attr-defined]
-    text = api.client.get("/metrics").text
+    text = api.client.get("/metrics", headers=api.h("admin")).text
     present = {f.name for f in text_string_to_metric_families(text) if f.samples}
     assert set(FAMILIES) | {"gpufleet_scheduler_cycle_duration_seconds"} <= present
     out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    dcgm = api.client.get("/metrics/dcgm").text
+    dcgm = api.client.get("/metrics/dcgm", headers=api.h("admin")).text
     assert {f.name for f in text_string_to_metric_families(dcgm)} == set(DCGM_FAMILIES)
     out = subprocess.run([promtool, "check", "metrics"], input=dcgm, capture_output=True, text=True, timeout=60)
     problems = [p for p in (out.stdout + out.stderr).splitlines() if p.strip()]

@@ -13,8 +13,9 @@ import pytest
 from gpufleet.api.app import create_app
 from gpufleet.api.context import ApiContext
 from gpufleet.cost.budget_model import make_budget
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.models import Token
+from gpufleet.store.repo import budgets as budgets_repo
 from tests.api_support import T0, Api, make_api
 
 CALLERS = ("admin", "alice", "bob", "vera", "none", "bad")  # alice/vera: alpha (owner); bob: beta
@@ -45,7 +46,7 @@ EXPECTED: dict[tuple[str, str], dict[str, int]] = {
     ("GET", "/v1/whoami"): authed(200, 200, 200, 200),
     ("GET", "/healthz"): OPEN,
     ("GET", "/readyz"): OPEN,
-    ("GET", "/metrics"): OPEN,
+    ("GET", "/metrics"): {**OPEN, "bad": 401},  # no token: cluster totals; a wrong one: 401, not the totals
 }
 # insights (cost management): the target job is alpha's and still PENDING (progress → 409)
 EXPECTED.update(
@@ -74,7 +75,7 @@ EXPECTED.update(
         # OpenCost's allocation API: everyone reads it (a member and a viewer see their own team's)
         ("GET", "/allocation/compute"): authed(200, 200, 200, 200),
         ("GET", "/allocation"): authed(200, 200, 200, 200),
-        ("GET", "/metrics/dcgm"): OPEN,  # like /metrics: scraped without a token
+        ("GET", "/metrics/dcgm"): {**OPEN, "bad": 401},  # like /metrics
     }
 )
 

@@ -13,7 +13,7 @@ import pytest
 from gpufleet.control.budgets import committed_spend
 from gpufleet.cost.budget_model import Scope
 from gpufleet.cost.periods import period_at
-from gpufleet.store import budgets_repo
+from gpufleet.store.repo import budgets as budgets_repo
 from tests.api_support import T0, Api, make_api
 from tests.budget_support import add_node, add_spend
 

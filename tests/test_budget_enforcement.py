@@ -17,9 +17,10 @@ from gpufleet.backends.local import LocalBackend
 from gpufleet.control.controller import Controller, ControllerConfig
 from gpufleet.control.leader import FileLeadership
 from gpufleet.cost.budget_model import make_budget
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobRow
+from gpufleet.store.repo import budgets as budgets_repo
 from tests.budget_support import add_node, add_spend
 
 NODE_USD = 360.0  # $180 per GPU-hour on the 2-GPU node: 5 cents a GPU-second, so limits are reached fast

@@ -26,7 +26,7 @@ from gpufleet.scheduling.admission import effective_priority
 from gpufleet.scheduling.profile import load_profile
 from gpufleet.sim.engine import Simulation
 from gpufleet.sim.traces.base import Trace, TraceJob
-from gpufleet.store import budgets_repo
+from gpufleet.store.repo import budgets as budgets_repo
 from tests.api_support import T0, Api, make_api
 from tests.budget_support import add_node, add_spend
 

@@ -42,9 +42,10 @@ from gpufleet.scheduling.profile import Profile, load_profile
 from gpufleet.sim.backend import SimBackend, SimBackendOptions
 from gpufleet.sim.engine import SimOptions, Simulation, drive, job_id
 from gpufleet.sim.traces.base import Trace, TraceJob
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobEventRow
+from gpufleet.store.repo import budgets as budgets_repo
 
 PROFILE = {
     "teams": {

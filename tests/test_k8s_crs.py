@@ -29,8 +29,8 @@ from sqlalchemy import update
 
 from gpufleet.control.k8s_resources import OWNER_PREFIX, CrReconciler, ReconcileStats, merge_patch, owner_mark
 from gpufleet.k8s.crds import API_VERSION, GROUP, VERSION, cost_attribution_crd, cost_budget_crd
-from gpufleet.store import budgets_repo
 from gpufleet.store.models import JobRow
+from gpufleet.store.repo import budgets as budgets_repo
 from tests.api_support import T0, Api, make_api
 from tests.budget_support import add_node, add_spend
 from tests.k8s.apiserver import NAMESPACES, ResourceType

@@ -46,9 +46,10 @@ from gpufleet.k8s.admission import (
     parse_duration,
 )
 from gpufleet.model.node import Node, SharingMode
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobRow, Team
+from gpufleet.store.repo import budgets as budgets_repo
 from tests.serverproc import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,6 @@
 """The layers point down: engines do no I/O and no SQL, no package imports a package above it, and
-routes hand requests to the service layer instead of querying the store.
+every query lives in ``gpufleet.store`` (repository functions of a ``Session``): routes, services and
+engines call those instead of building statements.
 
 Like ``test_engines_never_read_the_wall_clock`` (tests/test_sim.py) these read the source, not the
 running code: every ``import`` (module-level or inside a function, ``TYPE_CHECKING`` included) and
@@ -13,9 +14,12 @@ lists only shrink.
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "gpufleet"
 
@@ -97,9 +101,32 @@ IO_METHODS = frozenset(
         "touch",
     }
 )
-# No SQL in routes and engines: SQLAlchemy statement builders and session queries.
+# No SQL outside store/ (engines and routes included): SQLAlchemy statement builders and session queries.
 SQL_CALLS = frozenset({"select", "insert", "update", "delete", "text"})
-SQL_METHODS = frozenset({"execute", "scalars", "scalar", "query"})
+SQL_METHODS = frozenset({"execute", "scalars", "scalar", "query", "exec_driver_sql"})
+
+# Pairs the ranks allow but the design does not: the store persists rows and converts them to
+# model objects (rank 0); it never runs engine code (the loop is a client of the store through
+# control/, never the other way round).
+NEVER_IMPORTS: dict[str, frozenset[str]] = {"store": frozenset({"loop"})}
+
+# -- no queries outside store/ --------------------------------------------------------------------
+#
+# Every query lives in gpufleet.store: outside it no module imports SQLAlchemy's statement builders
+# (select, insert, update, delete, func, text, and_, or_, ... : anything of ``sqlalchemy`` but the
+# names below), builds a store row (``JobEventRow(...)`` is an INSERT), looks a row up by key
+# (``s.get(Team, name)``) or runs a statement (SQL_CALLS/SQL_METHODS above, as in engines and routes).
+#
+# Importing these is fine anywhere: they are types for hints and errors to catch, and build no query.
+SQLA_TYPES: dict[str, frozenset[str]] = {
+    "sqlalchemy.orm": frozenset({"Session"}),  # the first argument of every repository function
+    "sqlalchemy": frozenset({"Engine", "Connection"}),  # control/leader.py holds a connection for its lock
+}
+SQLA_ANY = frozenset({"sqlalchemy.exc"})  # exception classes: a service catches a store failure
+STORE_MODELS = frozenset(
+    n.name for n in ast.parse((ROOT / "store" / "models.py").read_text(encoding="utf-8")).body
+    if isinstance(n, ast.ClassDef)
+)  # fmt: skip
 
 # -- known exceptions (each one: file, rule, reason, who removes it) ------------------------------
 #
@@ -124,8 +151,10 @@ ALLOWED_IO: dict[tuple[str, str], str] = {
     # the path branch belongs in gpufleet.io.
     ("sim/clusterspec.py", "pathlib"): "cluster YAML read in the engine; move the path branch to io/",
 }
-# SQL rule: (file, call).
-ALLOWED_SQL: dict[tuple[str, str], str] = {}
+# SQL rule: (file, what): the called name (``select``, ``execute``...), ``get`` for ``s.get(Model, key)``,
+# the model's name for a new row, ``sqlalchemy.<module>.<name>`` for an import.
+ALLOWED_SQL: dict[tuple[str, str], str] = {
+}
 
 
 # -- the scanner ----------------------------------------------------------------------------------
@@ -222,6 +251,8 @@ def _import_violations() -> list[tuple[Hit, str]]:
             if pkg == "sdk":
                 bad = target not in SDK_MAY_IMPORT
                 why = "the SDK imports nothing server-side"
+            elif target in NEVER_IMPORTS.get(pkg, ()):
+                bad, why = True, f"{pkg} never imports {target} (NEVER_IMPORTS)"
             else:
                 layer = _layer(".".join(parts[1:]))
                 bad = RANKS[layer] > RANKS[me]
@@ -244,13 +275,50 @@ def _io_violations() -> list[Hit]:
     return list(out.values())
 
 
+def _sqla_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, ``sqlalchemy...`` or ``sqlalchemy.<module>.<name>``) of every SQLAlchemy import that
+    is not a type in SQLA_TYPES or SQLA_ANY (``import sqlalchemy as sa`` is one: ``sa.select``)."""
+    sqla = frozenset({"sqlalchemy"})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _in(alias.name, sqla) and not _in(alias.name, SQLA_ANY):
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and not node.level and _in(node.module or "", sqla):
+            if _in(node.module or "", SQLA_ANY):
+                continue
+            for alias in node.names:
+                if alias.name not in SQLA_TYPES.get(node.module or "", frozenset()):
+                    yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def _store_calls(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, what) of every ``x.get(Model, ...)`` (a lookup by key) and ``Model(...)`` (a new row)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Name) and node.func.id in STORE_MODELS:
+            yield node.lineno, node.func.id
+        elif (
+            isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id in STORE_MODELS
+        ):
+            yield node.lineno, "get"
+
+
 def _sql_violations() -> list[Hit]:
+    """Queries outside gpufleet.store: SQL_CALLS, SQL_METHODS, SQLAlchemy imports, key lookups, new rows."""
     out: dict[tuple[str, int, str], Hit] = {}
-    routes = [(r, t, s) for r, t, s in _files("api") if r.startswith("api/routes/")]
-    for rel, tree, lines in [*routes, *_files(*ENGINES)]:
+    packages = sorted({k.split(".")[0] for k in RANKS} - {"store"})
+    for rel, tree, lines in _files(*packages):
         for line, name, method in _calls(tree):
             if (method and name in SQL_METHODS) or (not method and name in SQL_CALLS):
                 out[(rel, line, name)] = Hit(rel, line, name, lines[line - 1])
+        for line, what in [*_sqla_imports(tree), *_store_calls(tree)]:
+            out[(rel, line, what)] = Hit(rel, line, what, lines[line - 1])
     return list(out.values())
 
 
@@ -273,6 +341,16 @@ def test_no_module_imports_a_layer_above_it() -> None:
     assert not bad, _report("upward imports (a module may import its own rank or lower)", bad)
 
 
+def test_the_store_never_imports_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NEVER_IMPORTS is not vacuous: the ranks allow store (4) to import loop (3); the rule does not."""
+    assert RANKS["store"] > RANKS["loop"] and "loop" in NEVER_IMPORTS["store"]
+    line = "from gpufleet.loop.metering import share_units"
+    monkeypatch.setattr(sys.modules[__name__], "_files", lambda *_: iter([("store/x.py", ast.parse(line), [line])]))
+    assert [(h.file, h.what, why) for h, why in _import_violations()] == [
+        ("store/x.py", "loop", "store never imports loop (NEVER_IMPORTS)")
+    ]
+
+
 def test_engines_do_no_io() -> None:
     bad = [f"{hit}  <- {hit.what}" for hit in _io_violations() if (hit.file, hit.what) not in ALLOWED_IO]
     assert not bad, _report(
@@ -280,9 +358,11 @@ def test_engines_do_no_io() -> None:
     )
 
 
-def test_no_sql_in_routes_or_engines() -> None:
-    bad = [f"{hit}  <- {hit.what}(" for hit in _sql_violations() if (hit.file, hit.what) not in ALLOWED_SQL]
-    assert not bad, _report("SQL in api/routes or engines: call a store (repo) or control/ function instead", bad)
+def test_no_queries_outside_store() -> None:
+    """Every query lives in gpufleet.store (a repository function of the Session, in store/repo/)."""
+    hits = sorted(_sql_violations(), key=lambda h: (h.file, h.line, h.what))
+    bad = [f"{hit}  <- {hit.what}" for hit in hits if (hit.file, hit.what) not in ALLOWED_SQL]
+    assert not bad, _report("queries outside store/: move each into a repository function in store/repo/", bad)
 
 
 def test_allow_lists_hold_no_stale_entries() -> None:
@@ -311,3 +391,11 @@ def test_the_scanner_sees_violations() -> None:
     assert {("open", False), ("read_text", True), ("execute", True), ("select", False)} <= calls
     rel = [m for _, m in _imports("store/repo/__init__.py", ast.parse("from .jobs import get_job\n"))]
     assert rel == ["gpufleet.store.repo.jobs"]
+    queries = ast.parse(
+        "import sqlalchemy as sa\nfrom sqlalchemy import func, Engine\nfrom sqlalchemy.orm import Session, aliased\n"
+        "from sqlalchemy.exc import IntegrityError\n"
+        "def f(s):\n    s.get(Team, 'a')\n    s.add(JobEventRow(job_id='j'))\n    {}.get('Team')\n"
+    )
+    assert [w for _, w in _sqla_imports(queries)] == ["sqlalchemy", "sqlalchemy.func", "sqlalchemy.orm.aliased"]
+    assert sorted(w for _, w in _store_calls(queries)) == ["JobEventRow", "get"]
+    assert {"Team", "JobEventRow", "Token"} <= STORE_MODELS

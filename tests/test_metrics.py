@@ -1,7 +1,8 @@
 """``/metrics`` and ``/metrics/dcgm`` on a store with nodes, jobs (running, ended, preempted,
 spot-interrupted), budgets, telemetry samples and a leader's queue: every family with its labels,
 dollars equal to the ledger's report to the cent, rates equal to the nodes' price shares, budget
-figures equal to ``/v1/budgets/{name}/status``, and counters that never go down.
+figures equal to ``/v1/budgets/{name}/status``, and counters that never go down. Scrapes send the
+admin token (every series); what other readers see is tests/test_metrics_auth.py's.
 
 The scenarios are a named table (:data:`SCENARIOS`); :func:`build` writes one into a store through
 the repository functions the controller uses (transitions, runs, segments, heartbeats), so what is
@@ -285,8 +286,10 @@ def built(request: pytest.FixtureRequest, tmp_path: Path, db_url: str) -> Iterat
     gen.close()
 
 
-def scrape(api: Api, path: str = "/metrics") -> dict[str, Any]:
-    r = api.client.get(path)
+def scrape(api: Api, path: str = "/metrics", who: str | None = "admin") -> dict[str, Any]:
+    """The families of ``path`` as ``who`` sees them: an admin (every series, what Prometheus is
+    given) unless told; None: no token (tests/test_metrics_auth.py checks the other views)."""
+    r = api.client.get(path, headers=api.h(who) if who else {})
     assert r.status_code == 200, r.text
     return {f.name: f for f in text_string_to_metric_families(r.text)}
 

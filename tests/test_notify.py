@@ -14,8 +14,8 @@ from gpufleet.control.budgets import BudgetService
 from gpufleet.cost.budget_model import make_budget
 from gpufleet.errors import InputError
 from gpufleet.notify.channels import DeliveryError, deliver, parse_channel, validate_channels
-from gpufleet.store import budgets_repo
 from gpufleet.store.db import Database
+from gpufleet.store.repo import budgets as budgets_repo
 from tests.budget_support import add_node, add_spend, http_receiver, smtp_server
 
 T0 = datetime(2026, 5, 20, 12, tzinfo=UTC).timestamp()

@@ -25,8 +25,8 @@ filled when present.
 gpufleet's /metrics is specified to expose (REFERENCE below), served from this process: the dashboards'
 queries are right whatever the server exposes today.
 
-/metrics needs no token today; the scrape sends the admin token anyway (``authorization``), so the
-test holds if it starts asking for one. Only 127.0.0.1 is used.
+Without a token /metrics serves cluster totals only: the scrape sends the admin token
+(``authorization``), as a deployment sends its ``metrics`` token. Only 127.0.0.1 is used.
 """
 
 from __future__ import annotations

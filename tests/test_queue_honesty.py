@@ -34,8 +34,9 @@ from gpufleet.control.leader import FileLeadership
 from gpufleet.cost.budget_model import make_budget
 from gpufleet.model.node import Node
 from gpufleet.sim.backend import SimBackend
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.models import JobRow
+from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.wire import JobOut, QueueEntry
 from tests.api_support import T0, Api, make_api
 from tests.budget_support import add_node, add_spend

@@ -34,8 +34,9 @@ from gpufleet.cost.report import Filters
 from gpufleet.cost.rules import PricingRules, load_rules
 from gpufleet.cost.spend import job_costs_usd, scope_spend_usd, spend_report
 from gpufleet.model.node import CapacityType, Node
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.models import JobRow
+from gpufleet.store.repo import budgets as budgets_repo
 from tests.api_support import T0, Api, make_api
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "gpufleet"

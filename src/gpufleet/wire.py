@@ -114,6 +114,7 @@ class Role(StrEnum):
     ADMIN = "admin"  # everything: teams, quotas, tokens, every team's jobs
     MEMBER = "member"  # submit; read and cancel its own team's jobs; read nodes, queue, usage
     VIEWER = "viewer"  # read its own team's jobs, nodes, queue, usage
+    METRICS = "metrics"  # a scraper's: read /metrics and /metrics/dcgm (every team's series), nothing else
 
 
 class _Wire(BaseModel):
@@ -570,11 +571,13 @@ class ProgressIn(_Wire):
     ] = Field(default_factory=dict)
 
 
+# The API's form of the engine's gpufleet.cost.forecast.JobForecast (the same fields: money rounded, an
+# unbounded high end null); the MCP tool's answer (gpufleet.agent.models.JobCostForecast) extends it.
 class JobForecastOut(_Out):
     """What a running job will still cost (``method``: progress | estimate | none), with an interval."""
 
     job_id: str
-    method: str
+    method: str = Field(description="progress | estimate | none")
     spent_usd: float
     cost_rate_usd_per_hour: float
     fraction_done: float | None
@@ -584,7 +587,7 @@ class JobForecastOut(_Out):
     remaining_usd: float | None
     remaining_usd_low: float | None
     remaining_usd_high: float | None
-    level: float
+    level: float = Field(description="the interval's level (0.9: 90 %)")
     explanation: str
 
 

@@ -1,5 +1,6 @@
-"""Offline checks of custom resources against real CRDs (``/work/shared/k8s/crds``): the CRD's
-``openAPIV3Schema`` as JSON Schema, and its CEL ``x-kubernetes-validations`` rules.
+"""Offline checks of custom resources against real CRDs (vendored in ``tests/k8s/crds/``, their
+upstream repository, commit and licence in its ``PROVENANCE.md``): the CRD's ``openAPIV3Schema`` as
+JSON Schema, and its CEL ``x-kubernetes-validations`` rules.
 
 A reusable copy of the helpers in ``tests/test_k8s_translate.py`` (``crd_schema``, ``check_cel``,
 ``validate_crd``, ``validate_builtin``), for tests that check objects gpufleet renders:
@@ -27,7 +28,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import yaml
 from celpy import celtypes
 
-CRDS = Path("/work/shared/k8s/crds")
+CRDS = Path(__file__).resolve().parent / "crds"  # upstream CRDs, vendored: see crds/PROVENANCE.md
 K8S_VERSIONS = ("1.29", "1.33")
 
 

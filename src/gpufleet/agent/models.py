@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.wire import ProposalOut
+from gpufleet.wire import JobForecastOut, ProposalOut
 
 
 class _Model(BaseModel):
@@ -115,26 +115,18 @@ class CostAnalysis(_Model):
 # -- forecast_job_cost -------------------------------------------------------------------------------------
 
 
-class JobCostForecast(_Model):
+class _Summary(_Model):
+    summary: str
+
+
+# The forecast's fields are the API's (JobForecastOut); _Summary is listed last so that its field comes
+# first (pydantic orders fields base-first along the reversed MRO): every answer starts with summary.
+class JobCostForecast(JobForecastOut, _Summary):
     """``GET /v1/jobs/{id}/forecast`` with the job's name and state."""
 
-    summary: str
-    job_id: str
     name: str
     team: str
     state: str
-    method: str = Field(description="progress | estimate | none")
-    spent_usd: float
-    cost_rate_usd_per_hour: float
-    fraction_done: float | None
-    remaining_s: float | None
-    remaining_s_low: float | None
-    remaining_s_high: float | None
-    remaining_usd: float | None
-    remaining_usd_low: float | None
-    remaining_usd_high: float | None
-    level: float = Field(description="the interval's level (0.9: 90 %)")
-    explanation: str
 
 
 # -- check_budget_for_plan ---------------------------------------------------------------------------------

@@ -18,15 +18,18 @@ There is no tool to approve or reject a proposal: ``propose_action`` files one, 
 """
 
 import contextvars
+import dataclasses
 import functools
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from mcp.server import MCPServer
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import Field
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -52,6 +55,8 @@ T = TypeVar("T")
 
 MCP_PATH = "/mcp"
 DEFAULT_HTTP_PORT = 8471
+ORIGINS_ENV = "GPUFLEET_MCP_ALLOWED_ORIGINS"  # comma-separated origins a browser may call the HTTP server from
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 NAME = "gpufleet"
 INSTRUCTIONS = (
     "gpufleet: a cost-aware GPU scheduler. These tools read its REST API with your token, so you see what "
@@ -88,20 +93,45 @@ async def _bearer_middleware(ctx: ServerRequestContext[Any, Any], call_next: Cal
         _bearer.reset(reset)
 
 
+def parse_origin(value: str) -> str:
+    """An origin as a browser sends it — ``scheme://host[:port]``, lower case, the scheme's default
+    port left out — from ``value``; a ValueError for anything else (a wildcard, a path, ``null``)."""
+    from urllib.parse import urlsplit
+
+    text = value.strip()
+    if "*" in text:
+        raise ValueError(f"origin '{value}': no wildcards; list each origin exactly, port included")
+    try:
+        u = urlsplit(text)
+        port = u.port
+    except ValueError:
+        raise ValueError(f"origin '{value}' is not scheme://host[:port]") from None
+    if u.scheme not in ("http", "https") or not u.hostname or u.path not in ("", "/") or u.query or u.fragment \
+            or u.username is not None or u.password is not None:
+        raise ValueError(f"origin '{value}' is not scheme://host[:port] (http or https, nothing after the port)")
+    host = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
+    default = 80 if u.scheme == "http" else 443
+    return f"{u.scheme}://{host}" + ("" if port is None or port == default else f":{port}")
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     """``url``: the gpufleet API. ``token``: the token of every call over stdio; over HTTP None (each
-    request brings its own, and a request without one is refused)."""
+    request brings its own, and a request without one is refused). ``allowed_origins``: over HTTP,
+    the origins (``https://console.example.com``, exact: scheme, host and port) a browser page may
+    call the server from, besides the server's own (see :func:`http_app`)."""
 
     url: str
     transport: Literal["stdio", "http"] = "stdio"
     token: str | None = None
     timeout_s: float = 60.0
     retries: int = 2
+    allowed_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.transport == "http" and self.token is not None:
             raise ValueError("over HTTP each request brings its own token; the server holds none")
+        object.__setattr__(self, "allowed_origins", tuple(parse_origin(o) for o in self.allowed_origins))
 
 
 @functools.lru_cache(maxsize=1)
@@ -378,19 +408,78 @@ class RequireBearer:
         await self.app(scope, receive, send)
 
 
-def http_app(settings: AgentSettings, host: str = "127.0.0.1") -> ASGIApp:
+class CheckOrigin:
+    """ASGI middleware: a request carrying an ``Origin`` header (a browser page's) that is not one of
+    ``allowed`` exactly gets a 403 and reaches nothing. A request without one (a program) passes."""
+
+    def __init__(self, app: ASGIApp, allowed: frozenset[str]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            origin = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"origin"), None)
+            if origin is not None and origin not in self.allowed:  # exact: browsers send it canonical
+                body = json.dumps({
+                    "error": "forbidden",
+                    "detail": f"origin {origin!r} may not call this server (allowed: the server's own origin and "
+                    f"{ORIGINS_ENV})",
+                }).encode()
+                await send({
+                    "type": "http.response.start",
+                    "status": 403,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                })
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def own_origins(host: str, port: int) -> frozenset[str]:
+    """The server's own origins: ``http://<host>:<port>``, and on a loopback or wildcard address the
+    loopback names with this port (never another port: a page served there is another site)."""
+    names = {host} if host not in _LOOPBACK and host not in ("0.0.0.0", "::", "") else set()
+    if host in _LOOPBACK or host in ("0.0.0.0", "::", ""):
+        names |= _LOOPBACK
+    return frozenset(parse_origin(f"http://{f'[{n}]' if ':' in n else n}:{port}") for n in names)
+
+
+def http_app(settings: AgentSettings, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT) -> ASGIApp:
     """The streamable-HTTP ASGI app at :data:`MCP_PATH` (stateless: every request stands alone and
-    carries its own token), behind :class:`RequireBearer`. On a loopback ``host`` the SDK also refuses
-    requests whose Host or Origin is not local (DNS-rebinding protection)."""
-    return RequireBearer(build_server(settings).streamable_http_app(host=host, stateless_http=True,
-                                                                    streamable_http_path=MCP_PATH))
+    carries its own token), behind :class:`RequireBearer`.
+
+    DNS rebinding and local pages: a request with an ``Origin`` is served only when that origin is
+    exactly the server's own (``http://<host>:<port>``; on a loopback address also its other loopback
+    names, same port) or one of ``settings.allowed_origins``; ``http://127.0.0.1:<another port>`` is
+    another site. On a loopback ``host`` the ``Host`` header must also name this address and port."""
+    allowed = own_origins(host, port) | frozenset(settings.allowed_origins)
+    if host in _LOOPBACK:
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"],
+            allowed_origins=sorted(allowed),
+        )
+    else:  # any name may reach a public address: the Host is not checked, the Origin is (CheckOrigin)
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    mcp_app = build_server(settings).streamable_http_app(
+        host=host, stateless_http=True, streamable_http_path=MCP_PATH, transport_security=security
+    )
+    return CheckOrigin(RequireBearer(mcp_app), allowed)
 
 
 def serve(settings: AgentSettings, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT) -> None:
-    """Run the server until interrupted: stdio, or streamable HTTP on ``host:port``."""
+    """Run the server until interrupted: stdio, or streamable HTTP on ``host:port`` (browser origins
+    besides its own: ``settings.allowed_origins``, else ``$GPUFLEET_MCP_ALLOWED_ORIGINS``, comma-separated)."""
     if settings.transport == "stdio":
         build_server(settings).run("stdio")
         return
     import uvicorn
 
-    uvicorn.run(http_app(settings, host), host=host, port=port, log_level="warning")
+    if not settings.allowed_origins and os.environ.get(ORIGINS_ENV, "").strip():
+        origins = tuple(o for o in os.environ[ORIGINS_ENV].split(",") if o.strip())
+        settings = dataclasses.replace(settings, allowed_origins=origins)
+    from gpufleet.io.http_timeout import header_timeout_protocol
+
+    # a request head not complete within 10 s (slow-loris) is cut off, as on the API server
+    uvicorn.run(http_app(settings, host, port), host=host, port=port, log_level="warning",
+                http=cast(Any, header_timeout_protocol(10.0)))  # a partial of a protocol class: called like one

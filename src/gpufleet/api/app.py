@@ -143,7 +143,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
         redoc_url=None,  # ReDoc's bundle always fetches its logo from a CDN
     )
     app.state.ctx = ctx
-    app.state.token_cache = TokenCache(ctx.auth_cache_s)
+    app.state.token_cache = TokenCache(ctx.auth_cache_s, ctx.revocations_file)
+    app.state.log_follows = jobs.FollowSlots(ctx.log_follows_per_token, ctx.log_follows_total)
     app.state.metrics = ApiMetrics(ctx)
     problems.install(app)
     # Routers carry their full ``/v1/...`` prefix themselves so each route's ``path`` is the

@@ -45,7 +45,17 @@ class ApiContext:
     - ``ready``: whether the process is ready to serve (``/readyz``), besides the store answering;
     - ``auth_cache_s``: how long a successful token lookup is trusted without asking the store (a
       revoked token keeps working on other replicas for at most this long);
-    - ``log_poll_s``: how often a followed log is polled for new bytes;
+    - ``revocations_file``: a file the processes of one server share (its ``api_workers``): a
+      revocation appends to it, and every process drops its cached tokens when it changes, so a
+      revoked token is refused by all of them at once (None: this process only);
+    - ``log_poll_s``, ``log_poll_max_s``: a followed log is looked at (one ``stat``) every
+      ``log_poll_s``, backing off to ``log_poll_max_s`` while nothing is written;
+    - ``log_recheck_s``: how often a follow asks the store whether its job has ended and its token
+      is still live (a revoked token's streams end within this long, on every replica);
+    - ``log_read_max_bytes``: the most bytes one read without ``follow`` sends (``offset`` continues);
+    - ``log_follows_per_token``, ``log_follows_total``: open ``follow`` streams allowed per token
+      and in this process (more: a 429 with ``Retry-After``);
+    - ``min_free_bytes``: ``/readyz`` is 503 while the store's or the logs' file system has less free;
     - ``pricing_rules``: the server's pricing rules (time-of-day, priority, reservations, on-prem);
     - ``max_body_bytes``, ``run_as_required``, ``single_team``: the shared-server safety settings
       (see the README's security model);
@@ -60,7 +70,14 @@ class ApiContext:
     wake: Callable[[], None] | None = None
     ready: Callable[[], bool] = _always_ready
     auth_cache_s: float = 5.0
+    revocations_file: Path | None = None
     log_poll_s: float = 0.2
+    log_poll_max_s: float = 1.0
+    log_recheck_s: float = 2.0
+    log_read_max_bytes: int = 8 * 1024 * 1024
+    log_follows_per_token: int = 4
+    log_follows_total: int = 64
+    min_free_bytes: int = 256 * 1024 * 1024
     worker_threads: int = 8
     pricing_rules: PricingRules | None = None  # the server's pricing rules (usage reports apply them)
     max_body_bytes: int = 1024 * 1024  # a larger request body gets a 413 problem

@@ -9,10 +9,9 @@ from typing import Annotated, Literal
 import typer
 
 from gpufleet.cli import jobs
-from gpufleet.cli.common import console
+from gpufleet.cli.common import console, handle_errors
 from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt
 from gpufleet.cli.render import (
-    api_errors,
     bad_option,
     emit_json,
     note,
@@ -21,7 +20,7 @@ from gpufleet.cli.render import (
     usage_table,
 )
 
-RoleName = Literal["admin", "member", "viewer"]  # the values of gpufleet.wire.Role (not imported at start-up)
+RoleName = Literal["admin", "member", "viewer", "metrics"]  # gpufleet.wire.Role's values (not imported at start-up)
 team_app = typer.Typer(help="Teams: quotas per GPU model, fair-share weight, cohorts.", no_args_is_help=True)
 token_app = typer.Typer(help="API tokens (admin).", no_args_is_help=True)
 
@@ -63,7 +62,7 @@ def parse_priority_classes(value: str | None) -> list[str] | None:
 
 
 @team_app.command("ls")
-@api_errors
+@handle_errors
 def team_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """List teams with their quotas and what they use now."""
     with jobs.make_client(url, token) as client:
@@ -77,7 +76,7 @@ def team_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None
 
 
 @team_app.command("show")
-@api_errors
+@handle_errors
 def team_show(
     name: Annotated[str, typer.Argument()], as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None
 ) -> None:
@@ -91,7 +90,7 @@ def team_show(
 
 
 @team_app.command("set")
-@api_errors
+@handle_errors
 def team_set(
     name: Annotated[str, typer.Argument()],
     quota: Annotated[
@@ -175,10 +174,10 @@ def team_set(
 
 
 @token_app.command("create")
-@api_errors
+@handle_errors
 def token_create(
     team: Annotated[str, typer.Option("--team", help="the team the token acts for")],
-    role: Annotated[RoleName, typer.Option("--role", help="admin, member or viewer")] = "member",
+    role: Annotated[RoleName, typer.Option("--role", help="admin, member, viewer, metrics")] = "member",
     name: Annotated[str, typer.Option("--name", help="what it is for")] = "",
     expires_in_days: Annotated[
         float | None, typer.Option("--expires-in-days", help="default: never", show_default=False)
@@ -217,7 +216,7 @@ def token_create(
 
 
 @token_app.command("ls")
-@api_errors
+@handle_errors
 def token_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """List tokens (never their secrets)."""
     with jobs.make_client(url, token) as client:
@@ -231,7 +230,7 @@ def token_ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = Non
 
 
 @token_app.command("revoke")
-@api_errors
+@handle_errors
 def token_revoke(
     token_id: Annotated[str, typer.Argument(metavar="ID")], url: UrlOpt = None, token: TokenOpt = None
 ) -> None:
@@ -241,7 +240,7 @@ def token_revoke(
     note(f"token {token_id} revoked")
 
 
-@api_errors
+@handle_errors
 def usage(
     window: Annotated[
         str, typer.Option("--window", help="24h, 7d, today, yesterday, week, month, or START,END (RFC 3339)")
@@ -264,7 +263,7 @@ def usage(
         console.print(usage_table(report))
 
 
-@api_errors
+@handle_errors
 def whoami(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Which token, team and role the server sees."""
     with jobs.make_client(url, token) as client:
@@ -274,10 +273,3 @@ def whoami(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None)
         emit_json(me)
     else:
         typer.echo(f"{me.role.value} of team {me.team} (token {me.token_id}) at {server}")
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(team_app, name="team")
-    app.add_typer(token_app, name="token")
-    app.command("usage")(usage)
-    app.command("whoami")(whoami)

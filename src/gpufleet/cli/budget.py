@@ -12,13 +12,12 @@ import typer
 from rich.markup import escape
 
 from gpufleet.cli import jobs as cli_jobs
-from gpufleet.cli.common import console, fail
+from gpufleet.cli.common import console, fail, handle_errors
 from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt, parse_duration
 from gpufleet.cli.render import (
     EXIT_CONFLICT,
     EXIT_INPUT,
     Col,
-    api_errors,
     bad_option,
     emit_json,
     make_table,
@@ -76,7 +75,7 @@ def _channels(webhook: list[str], slack: list[str], pagerduty: list[str], raw: l
 
 
 @budget_app.command("create")
-@api_errors
+@handle_errors
 def create(
     name: Annotated[str, typer.Argument(help="a unique name")],
     scope: Annotated[
@@ -179,7 +178,7 @@ def _print_budget(b: "BudgetOut") -> None:
 
 
 @budget_app.command("ls")
-@api_errors
+@handle_errors
 def ls(as_json: JsonOpt = False, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """All budgets."""
     with cli_jobs.make_client(url, token) as client:
@@ -236,7 +235,7 @@ def _print_status(st: "BudgetStatusOut") -> None:
 
 
 @budget_app.command("show")
-@api_errors
+@handle_errors
 def show(
     ref: Annotated[str, typer.Argument(metavar="BUDGET", help="id or name")],
     as_json: JsonOpt = False,
@@ -255,7 +254,7 @@ def show(
 
 
 @budget_app.command("delete")
-@api_errors
+@handle_errors
 def delete(
     ref: Annotated[str, typer.Argument(metavar="BUDGET", help="id or name")],
     url: UrlOpt = None,
@@ -268,7 +267,7 @@ def delete(
 
 
 @budget_app.command("check", context_settings={"allow_interspersed_args": False})
-@api_errors
+@handle_errors
 def check(
     command: Annotated[list[str], typer.Argument(help="the job's command, after --", show_default=False)],
     gpus: Annotated[int | None, typer.Option("--gpus", help="whole GPUs", show_default=False)] = None,

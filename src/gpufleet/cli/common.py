@@ -50,8 +50,9 @@ def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
 
 
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """A gpufleet error becomes one clear line on stderr and the exit code of its family (2 bad
-    input, 3 not found, 5 unavailable...: :func:`gpufleet.cli.render.exit_code_for`); Ctrl-C exits 130."""
+    """Every command's error boundary (the one decorator for local and API commands alike): a gpufleet
+    error becomes one clear line on stderr and the exit code of its family (2 bad input, 3 not found,
+    5 unavailable...: :func:`gpufleet.cli.render.exit_code_for`); Ctrl-C exits 130."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:

@@ -20,13 +20,12 @@ import typer
 from rich.markup import escape
 
 from gpufleet.cli import jobs
-from gpufleet.cli.common import console
+from gpufleet.cli.common import console, handle_errors
 from gpufleet.cli.jobs import TokenOpt, UrlOpt
 from gpufleet.cli.render import (
     EXIT_INPUT,
     Col,
     Row,
-    api_errors,
     bad_option,
     emit_json,
     make_table,
@@ -95,7 +94,7 @@ def fetch_report(
 
 
 @cost_app.callback(invoke_without_command=True)
-@api_errors
+@handle_errors
 def cost(
     ctx: typer.Context,
     last: Annotated[str | None, typer.Option("--last", help="a duration back from now: 24h, 30d, 2w")] = None,
@@ -267,7 +266,7 @@ def report_csv(report: "UsageReport") -> str:
 
 
 @cost_app.command("update-prices")
-@api_errors
+@handle_errors
 def update_prices(
     csv_path: Annotated[
         Path | None, typer.Option("--csv", help="a CSV of prices in the catalog's columns", show_default=False)
@@ -327,8 +326,3 @@ def update_prices(
     side = out.with_name(out.name + ".provenance.json")
     side.write_text(json.dumps(prov.as_dict(), indent=2) + "\n")
     note(f"wrote {out} (sha256 {prov.output_sha256[:12]}) and {side}")
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``gpufleet cost`` (and ``cost update-prices``) to ``app``."""
-    app.add_typer(cost_app, name="cost")

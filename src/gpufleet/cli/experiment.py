@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from gpufleet.experiments.inference.model import Precision
     from gpufleet.sim.experiments.fragmentation import TraceResult
 
-experiment_app = typer.Typer(help="Reproduce research experiments.", no_args_is_help=True)
+experiment_app = typer.Typer(help="Reproduce research experiments (e.g. FGD fragmentation).", no_args_is_help=True)
 
 DEFAULT_POLICIES = ["fgd", "bestfit", "fgd-cpu"]
 

@@ -27,14 +27,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from gpufleet.cli.common import fail
+from gpufleet.cli.common import fail, handle_errors
 from gpufleet.cli.progress import interactive, job_progress, watch
 from gpufleet.cli.render import (
-    EXIT_CODES_EPILOG,
     EXIT_INPUT,
     EXIT_JOB_FAILED,
     WIDE_HELP,
-    api_errors,
     bad_option,
     emit_json,
     jobs_table,
@@ -386,7 +384,7 @@ def _list_view(
 # ----------------------------------------------------------------------------------------- commands
 
 
-@api_errors
+@handle_errors
 def submit(
     command: Annotated[list[str], typer.Argument(help="the command to run, after --", show_default=False)],
     gpus: Annotated[int | None, typer.Option("--gpus", help="whole GPUs", show_default=False)] = None,
@@ -468,7 +466,7 @@ def submit(
         _finish(_wait(client, job.id, None, show=interactive(as_json)), as_json)
 
 
-@api_errors
+@handle_errors
 def ls(
     team: Annotated[str | None, typer.Option("--team")] = None,
     state: Annotated[
@@ -513,7 +511,7 @@ def ls(
         )
 
 
-@api_errors
+@handle_errors
 def show(
     job_id: Annotated[str, typer.Argument(metavar="JOB")],
     as_json: JsonOpt = False,
@@ -530,7 +528,7 @@ def show(
         print_job(job, events)
 
 
-@api_errors
+@handle_errors
 def logs(
     job_id: Annotated[str, typer.Argument(metavar="JOB")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep streaming until the job ends")] = False,
@@ -573,7 +571,7 @@ def cancel(
         raise typer.Exit(first_failure)
 
 
-@api_errors
+@handle_errors
 def wait(
     job_id: Annotated[str, typer.Argument(metavar="JOB")],
     timeout: Annotated[str | None, typer.Option("--timeout", help="give up after, e.g. 30m (exit 7)")] = None,
@@ -591,7 +589,7 @@ def wait(
     _finish(job, as_json)
 
 
-@api_errors
+@handle_errors
 def queue(
     team: Annotated[str | None, typer.Option("--team")] = None,
     as_json: JsonOpt = False,
@@ -616,7 +614,7 @@ def queue(
         )
 
 
-@api_errors
+@handle_errors
 def nodes(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -640,19 +638,6 @@ def nodes(
         )
 
 
-def register(app: typer.Typer) -> None:
-    """Add the API client commands (jobs here; teams, tokens, usage, whoami from :mod:`.admin`) to
-    ``app``, and the exit codes to its help."""
-    from gpufleet.cli import admin
-
-    app.command("submit", context_settings={"allow_interspersed_args": False})(submit)
-    for fn in (ls, show, logs, cancel, wait, queue, nodes):
-        app.command(fn.__name__)(fn)
-    admin.register(app)
-    if not app.info.epilog:
-        app.info.epilog = EXIT_CODES_EPILOG
-
-
 __all__ = [
     "build_spec",
     "make_client",
@@ -660,5 +645,4 @@ __all__ = [
     "parse_duration",
     "parse_pairs",
     "parse_size_mib",
-    "register",
 ]

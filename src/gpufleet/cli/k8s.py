@@ -18,12 +18,13 @@ from typing import Annotated, Any
 import typer
 
 from gpufleet.cli import jobs
+from gpufleet.cli.common import handle_errors
 from gpufleet.cli.jobs import TokenOpt, UrlOpt
-from gpufleet.cli.render import api_errors, bad_option, note
+from gpufleet.cli.render import bad_option, note
 
 k8s_app = typer.Typer(
     no_args_is_help=True,
-    help="Kubernetes manifests: the gpufleet.io CRDs and the cluster policies of the team layout.",
+    help="Kubernetes manifests: gpufleet's CRDs and the cluster policies of the teams.",
 )
 
 
@@ -35,7 +36,7 @@ def _emit(objects: list[dict[str, Any]]) -> None:
 
 
 @k8s_app.command("crds")
-@api_errors
+@handle_errors
 def crds_command() -> None:
     """Print the CostBudget and CostAttribution CRDs (apply with: gpufleet k8s crds | kubectl apply -f -)."""
     from gpufleet.k8s.crds import crds
@@ -69,7 +70,7 @@ def _read_teams(path: Path) -> Any:
 
 
 @k8s_app.command("policies")
-@api_errors
+@handle_errors
 def policies_command(
     teams_file: Annotated[
         Path | None,
@@ -162,7 +163,7 @@ class GpuStackPart(StrEnum):
 
 
 @k8s_app.command("gpu-config")
-@api_errors
+@handle_errors
 def gpu_config_command(
     pools: Annotated[
         Path | None,

@@ -15,12 +15,14 @@ import typer
 from rich.markup import escape
 
 from gpufleet import __version__
-from gpufleet.cli import cost, jobs, optimize
+from gpufleet.cli import admin, jobs, optimize
 from gpufleet.cli.budget import budget_app
 from gpufleet.cli.common import console, fail, handle_errors
+from gpufleet.cli.cost import cost_app
 from gpufleet.cli.db import db_app
 from gpufleet.cli.experiment import experiment_app
 from gpufleet.cli.k8s import k8s_app
+from gpufleet.cli.mcp import mcp
 from gpufleet.cli.proposals import proposals_app
 from gpufleet.cli.render import EXIT_CODES_EPILOG, WIDE_HELP, Col, make_table, print_table
 from gpufleet.cli.simulate import simulate
@@ -51,26 +53,11 @@ def _root(
     """Cost-aware GPU scheduler and cost manager."""
 
 
-app.command("up")(up)
-app.add_typer(db_app, name="db", help="The store's schema: apply migrations, show the current one.")
-app.command("simulate")(simulate)
-app.add_typer(experiment_app, name="experiment", help="Reproduce research experiments (e.g. FGD fragmentation).")
-app.add_typer(k8s_app, name="k8s", help="Kubernetes manifests: gpufleet's CRDs and the cluster policies of the teams.")
-jobs.register(app)  # API client commands: submit, ls, show, logs, cancel, wait, queue, nodes, team, token, ...
-cost.register(app)  # gpufleet cost [...] and cost update-prices
-app.add_typer(budget_app, name="budget")
-optimize.register(app)  # optimize, whatif, roi
-app.add_typer(proposals_app, name="proposals")  # an agent's proposed actions: ls, show, approve, reject
-app.command("mcp")(__import__("gpufleet.cli.mcp", fromlist=["mcp"]).mcp)  # MCP server for agents (imports mcp lazily)
-
-
-@app.command()
 def version() -> None:
     """Print the version."""
     console.print(__version__)
 
 
-@app.command()
 @handle_errors
 def prices(
     gpu: Annotated[
@@ -127,6 +114,39 @@ def _gpu_matches(query: str, model: str, offering: str) -> bool:
         or model.lower().split("-")[0] == q
         or offering.lower().startswith(q)
     )
+
+
+# -- every command, registered here and only here --------------------------------------------------------
+# ``gpufleet --help`` lists the commands, then the groups, each in the order registered here. A
+# command's help is its function's docstring; a group's is its Typer's ``help``.
+
+app.command("up")(up)
+app.command("simulate")(simulate)
+app.command("submit", context_settings={"allow_interspersed_args": False})(jobs.submit)  # `--` ends our options
+app.command("ls")(jobs.ls)
+app.command("show")(jobs.show)
+app.command("logs")(jobs.logs)
+app.command("cancel")(jobs.cancel)
+app.command("wait")(jobs.wait)
+app.command("queue")(jobs.queue)
+app.command("nodes")(jobs.nodes)
+app.command("usage")(admin.usage)
+app.command("whoami")(admin.whoami)
+app.command("optimize")(optimize.optimize)
+app.command("whatif")(optimize.whatif)
+app.command("roi")(optimize.roi_command)
+app.command("mcp")(mcp)  # the MCP server for agents (imports the mcp package when it runs)
+app.command("version")(version)
+app.command("prices")(prices)
+
+app.add_typer(db_app, name="db")
+app.add_typer(experiment_app, name="experiment")
+app.add_typer(k8s_app, name="k8s")
+app.add_typer(admin.team_app, name="team")
+app.add_typer(admin.token_app, name="token")
+app.add_typer(cost_app, name="cost")  # gpufleet cost [...] and cost update-prices
+app.add_typer(budget_app, name="budget")
+app.add_typer(proposals_app, name="proposals")  # an agent's proposed actions: ls, show, approve, reject
 
 
 if __name__ == "__main__":

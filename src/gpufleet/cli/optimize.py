@@ -14,7 +14,7 @@ from gpufleet.cli import jobs
 from gpufleet.cli.common import console, handle_errors
 from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt
 from gpufleet.cli.progress import interactive, progress_bar
-from gpufleet.cli.render import Col, api_errors, emit_json, humanize_duration, make_table, money, note
+from gpufleet.cli.render import Col, emit_json, humanize_duration, make_table, money, note
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -47,7 +47,7 @@ def recommendations_table(recs: "list[RecommendationOut]") -> "Table":
     return make_table(cols, rows, title="recommendations (largest $/month first)")
 
 
-@api_errors
+@handle_errors
 def optimize(
     window: Annotated[str, typer.Option("--window", help="7d, 24h, month, or START,END (RFC 3339)")] = "7d",
     reserved_discount: Annotated[
@@ -78,7 +78,7 @@ def render_roi(report: "RoiOut", fmt: str = "table") -> str:
     return format_roi(report.model_dump(mode="json"), fmt)
 
 
-@api_errors
+@handle_errors
 def roi_command(
     window: Annotated[str, typer.Option("--window", help="30d, month, or START,END (RFC 3339)")] = "30d",
     platform_cost: Annotated[float, typer.Option("--platform-cost", help="one-time platform cost, USD", min=0)] = 0.0,
@@ -225,10 +225,3 @@ def _fmt(v: object, key: str = "", *, signed: bool = False) -> str:
     if isinstance(v, float):
         return f"{v:{plus},.3f}" if abs(v) < 10 else f"{v:{plus},.0f}"
     return f"{v:{plus},}"
-
-
-def register(app: typer.Typer) -> None:
-    """``gpufleet optimize``, ``gpufleet whatif`` and ``gpufleet roi``."""
-    app.command("optimize")(optimize)
-    app.command("whatif")(whatif)
-    app.command("roi")(roi_command)

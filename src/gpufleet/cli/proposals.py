@@ -14,13 +14,12 @@ import typer
 from rich.markup import escape
 
 from gpufleet.cli import jobs as cli_jobs
-from gpufleet.cli.common import console
+from gpufleet.cli.common import console, handle_errors
 from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt, WideOpt
 from gpufleet.cli.render import (
     EXIT_CONFLICT,
     Col,
     ago,
-    api_errors,
     bad_option,
     emit_json,
     make_table,
@@ -63,7 +62,7 @@ def _compact(d: object) -> str:
 
 
 @proposals_app.command("ls")
-@api_errors
+@handle_errors
 def ls(
     state: Annotated[str | None, typer.Option("--state", help=f"only this state: {' | '.join(STATES)}")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="at most this many, newest first")] = 100,
@@ -161,7 +160,7 @@ def print_proposal(p: ProposalOut) -> None:
 
 
 @proposals_app.command("show")
-@api_errors
+@handle_errors
 def show(
     proposal_id: Annotated[str, typer.Argument(metavar="ID", help="the proposal's id")],
     as_json: JsonOpt = False,
@@ -178,7 +177,7 @@ def show(
 
 
 @proposals_app.command("approve")
-@api_errors
+@handle_errors
 def approve(
     proposal_id: Annotated[str, typer.Argument(metavar="ID", help="the proposal's id")],
     reason: Annotated[str, typer.Option("--reason", help="why (kept with the decision)")] = "",
@@ -200,7 +199,7 @@ def approve(
 
 
 @proposals_app.command("reject")
-@api_errors
+@handle_errors
 def reject(
     proposal_id: Annotated[str, typer.Argument(metavar="ID", help="the proposal's id")],
     reason: Annotated[str, typer.Option("--reason", help="why (required)", show_default=False)],

@@ -23,13 +23,11 @@ SDK's error classes are imported when an error is being reported.
 
 from __future__ import annotations
 
-import functools
 import math
-import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 from rich.markup import escape
@@ -61,9 +59,6 @@ if TYPE_CHECKING:
         TokenOut,
         UsageReport,
     )
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -105,22 +100,6 @@ def report_error(exc: GpufleetError) -> int:
     """Print the error as one line on stderr and return its exit code."""
     err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     return exit_code_for(exc)
-
-
-def api_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Like :func:`gpufleet.cli.common.handle_errors`: exit codes that say what went wrong."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except GpufleetError as e:
-            raise typer.Exit(report_error(e)) from None
-        except KeyboardInterrupt:
-            err_console.print("interrupted")
-            sys.exit(EXIT_INTERRUPTED)
-
-    return wrapper
 
 
 def bad_option(option: str, message: str) -> typer.Exit:

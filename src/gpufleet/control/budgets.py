@@ -57,9 +57,10 @@ from gpufleet.errors import InputError, PermissionDeniedError
 from gpufleet.loop.budgets import Evaluation, block_refusal, evaluate
 from gpufleet.notify.channels import deliver, validate_channels
 from gpufleet.notify.outbox import DispatchStats, Outbox, Sender
-from gpufleet.store import budgets_repo, repo, usage_repo
+from gpufleet.store import repo, usage_repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import BudgetAlertRow, BudgetRow, JobRow
+from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.wire import BudgetAlertOut, BudgetIn, BudgetStatusOut
 
 log = logging.getLogger(__name__)

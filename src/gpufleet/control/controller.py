@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
 
 from gpufleet.backends.base import Backend, BackendEvent, EventKind, RecoveredState, read_job_file
 from gpufleet.clock import Clock, WallClock
@@ -51,7 +50,6 @@ from gpufleet.scheduling.snapshot import ClusterSnapshot
 from gpufleet.store import repo
 from gpufleet.store.convert import job_from_row
 from gpufleet.store.db import Database
-from gpufleet.store.models import JobEventRow, JobProgressRow
 from gpufleet.wire import ProgressIn
 
 log = logging.getLogger(__name__)
@@ -563,21 +561,23 @@ class Controller:
         if path_of is None:
             return
         now = self.clock.now()
-        rows: list[JobProgressRow] = []
-        events: list[JobEventRow] = []
+        rows: list[tuple[str, ProgressReport]] = []
+        events: list[tuple[str, str, str]] = []  # (job id, its state, reason): job events that keep the state
         for job_id, ar in self.active.items():
             if only is None or job_id == only:
                 path = path_of(job_id, ar.run)
                 if path is not None:
-                    rows += self._progress_rows(job_id, ar, path, now, ending=only is not None, events=events)
+                    fresh = self._progress_rows(job_id, ar, path, now, ending=only is not None, events=events)
+                    rows += [(job_id, r) for r in fresh]
         if rows or events:
             with self.db.session() as s:
-                s.add_all(rows)
-                s.add_all(events)
+                repo.add_progress_reports(s, rows)
+                for job_id, state, why in events:
+                    repo.add_job_note(s, job_id, time=now, state=state, reason=why)
 
     def _progress_rows(
-        self, job_id: str, ar: ActiveRun, path: Path, now: float, *, ending: bool, events: list[JobEventRow]
-    ) -> list[JobProgressRow]:
+        self, job_id: str, ar: ActiveRun, path: Path, now: float, *, ending: bool, events: list[tuple[str, str, str]]
+    ) -> list[ProgressReport]:
         cfg = self.config
         st = self._progress.get((job_id, ar.run))
         if st is None:
@@ -587,7 +587,7 @@ class Controller:
         lines = self._progress_lines(st, path)
         if (lines or st.pending is not None) and not st.known:
             with self.db.session(readonly=True) as s:
-                st.seen = s.scalar(select(func.max(JobProgressRow.time)).where(JobProgressRow.job_id == job_id))
+                st.seen = repo.latest_progress_time(s, job_id)
             st.known = True
         budget = min(cfg.progress_rows_per_look, int(st.tokens))
         if ending:  # the run's last look stores its newest report, token or not
@@ -607,7 +607,7 @@ class Controller:
                 "lines in between are dropped, the newest report is always kept"
             )
             log.warning("job %s run %d: %s", job_id, ar.run, why)
-            events.append(JobEventRow(job_id=job_id, time=now, old=state, new=state, reason=why))
+            events.append((job_id, state, why))
         if st.ignored and not st.told_ignored:
             st.told_ignored = True
             why = (
@@ -616,11 +616,8 @@ class Controller:
                 "the other lines are read"
             )
             log.warning("job %s run %d: %s", job_id, ar.run, why)
-            events.append(JobEventRow(job_id=job_id, time=now, old=state, new=state, reason=why))
-        return [
-            JobProgressRow(job_id=job_id, time=r.time, step=r.step, total_steps=r.total_steps, metrics=dict(r.metrics))
-            for r in fresh
-        ]
+            events.append((job_id, state, why))
+        return fresh
 
     @staticmethod
     def _progress_lines(st: ProgressRead, path: Path) -> list[bytes]:

@@ -13,7 +13,9 @@ Kubernetes backend binds them (instead of creating a Job) when the scheduler pla
 ``renameByDefault``), or whose ``nodeSelector`` picks shared GPUs (``nvidia.com/gpu.replicas`` or
 ``nvidia.com/gpu.sharing-strategy``, GPU Feature Discovery's labels), asks for replicas: ``k`` of a
 GPU shared ``R`` ways is a ``k/R`` fraction (``R`` from the selector, else the smallest among the
-nodes it selects), placed and metered as that fraction. Any other ``nvidia.com/gpu: k`` is ``k``
+nodes it selects: the larger share, which fits on any of them), placed as that fraction and metered
+as ``k`` of the replicas of the node it lands on (the job's label ``gpufleet.io/requested-gpu-replicas``
+keeps ``k``). Any other ``nvidia.com/gpu: k`` is ``k``
 whole GPUs: gpufleet holds and charges whole GPUs for it; on a time-sliced node the device plugin
 would give it only ``k`` replicas, so such pods should select unshared nodes.
 
@@ -38,9 +40,9 @@ from gpufleet.backends.kubernetes.pods import ANNOTATION_JOB_ID, Gang, PodFacts,
 from gpufleet.errors import GpufleetError
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import PRIORITY_CLASSES
+from gpufleet.model.share import REQUESTED_REPLICAS_LABEL
 from gpufleet.store import repo
 from gpufleet.store.db import Database
-from gpufleet.store.models import Team
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +155,8 @@ class PodAdopter:
             else:
                 request = first.gpu_request(replicas)
                 fields.update(gpus=request.count, gpu_milli=request.milli)
+                # metered as k of the replicas of the node it lands on (gpufleet.model.share.landed_units)
+                fields["labels"][REQUESTED_REPLICAS_LABEL] = str(first.gpu_count)
         return fields
 
     def _replicas(self, pod: PodFacts) -> int | None:
@@ -188,7 +192,7 @@ class PodAdopter:
         key = ADOPTED_KEY_PREFIX + (gang.owner.uid or gang.key)
         now = self.now()
         with self.db.session() as s:
-            if team is None or s.get(Team, team) is None:
+            if team is None or repo.find_team(s, team) is None:
                 log.warning("not adopting %s: namespace %s maps to no team (set kubernetes.namespaces)",
                             gang.key, gang.namespace)
                 stats.skipped += 1

@@ -72,7 +72,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.control.budgets import budget_from_in, budget_status_out
@@ -92,9 +91,10 @@ from gpufleet.k8s.attribution import (
 from gpufleet.k8s.costbudget import budget_in_from_cr, budget_name, cr_status_from, secret_refs
 from gpufleet.k8s.crds import COST_ATTRIBUTION, COST_BUDGET, GROUP, VERSION, CrdNames
 from gpufleet.k8s.crread import error_status
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.db import Database
-from gpufleet.store.models import BudgetRow, JobRow
+from gpufleet.store.models import BudgetRow
+from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.wire import BudgetIn, BudgetStatusOut
 
 log = logging.getLogger(__name__)
@@ -358,7 +358,7 @@ class CrReconciler:
         mark = owner_mark(target.uid)
         with self.db.session() as s:
             desired = budget_from_in(body)
-            row = _budget_named(s, body.name)
+            row = repo.budget_named(s, body.name)
             if row is not None and not is_owned(row):
                 raise ConflictError(
                     f"budget '{body.name}' exists and was not made from a CostBudget (created through the API): "
@@ -572,18 +572,11 @@ class CrReconciler:
         return data if isinstance(data, dict) else {}
 
 
-def _budget_named(s: Session, name: str) -> BudgetRow | None:
-    return s.scalars(select(BudgetRow).where(BudgetRow.name == name).execution_options(populate_existing=True)).first()
-
-
 def active_jobs(s: Session, q: AttributionQuery) -> tuple[int, float]:
     """Pods and GPUs that the team's ADMITTED and RUNNING jobs covered by ``q`` hold now."""
-    where = [JobRow.team == q.team, JobRow.state.in_(ACTIVE_STATES)]
-    columns = {"namespace": JobRow.namespace, "project": JobRow.project, "experiment": JobRow.experiment}
-    where += [columns[dim] == value for dim, value in q.match.items() if dim in columns]
     pods = 0
     gpus = 0.0
-    for row in s.scalars(select(JobRow).where(*where)):
+    for row in repo.team_jobs_matching(s, q.team, ACTIVE_STATES, q.match):
         labels = row.labels or {}
         if any(labels.get(k) is None or str(labels[k]) != v for k, v in q.filters.labels.items()):
             continue

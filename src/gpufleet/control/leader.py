@@ -17,7 +17,9 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
+
+from gpufleet.store import repo
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ class PgLeadership:
             log.warning("leader election: cannot connect: %s", e)
             return False
         try:
-            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_KEY}).scalar())
+            got = repo.try_advisory_lock(conn, LOCK_KEY)
             conn.commit()
         except Exception as e:
             log.warning("leader election failed: %s", e)
@@ -92,7 +94,7 @@ class PgLeadership:
         if self._conn is None:
             return False
         try:
-            self._conn.execute(text("SELECT 1"))
+            repo.ping_connection(self._conn)
             self._conn.commit()
             return True
         except Exception as e:
@@ -113,7 +115,7 @@ class PgLeadership:
         if self._conn is None:
             return
         try:
-            self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
+            repo.advisory_unlock(self._conn, LOCK_KEY)
             self._conn.commit()
             self._conn.close()
         except Exception:  # the session ends anyway, which drops the lock

@@ -68,13 +68,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from sqlalchemy import func, or_, select
-
 from gpufleet.clock import Clock, WallClock
 from gpufleet.cost.spend import spend_report
 from gpufleet.errors import InputError
 from gpufleet.store import repo
-from gpufleet.store.models import JobEventRow, JobRow, UsageSegmentRow
 from gpufleet.store.repo.jobs import TERMINAL_STATES
 
 if TYPE_CHECKING:
@@ -160,12 +157,7 @@ class JobFigures:
 def job_figures(s: Session, job_id: str, now: float, rules: PricingRules | None) -> JobFigures:
     """What the ledger says ``job_id`` cost: its usage segments priced and allocated like
     ``/v1/usage?aggregate=job`` over a window that holds all of them."""
-    spans = sorted(
-        (float(a), float(b))
-        for a, b in s.execute(
-            select(UsageSegmentRow.start, UsageSegmentRow.end).where(UsageSegmentRow.job_id == job_id)
-        ).all()
-    )
+    spans = sorted(repo.job_segment_spans(s, job_id))
     if not spans:
         return JobFigures(0.0, "0.00", 0.0, 0.0)
     start, end = spans[0][0], max(b for _, b in spans)
@@ -425,26 +417,23 @@ class MlflowSync:
         """New candidates: jobs whose move to a final state was recorded since the last scan (by
         event id: an index range, however large the store), that name a run and have no mlflow
         event yet, join the retry set as due now. The first scan looks back ``give_up_after_s``."""
-        q = select(JobEventRow.id, JobEventRow.job_id).where(
-            JobEventRow.new.in_(sorted(TERMINAL_STATES)), JobEventRow.old != JobEventRow.new  # not our own events
-        )
-        if self._event_id is None:
-            q = q.where(JobEventRow.time >= now - self.settings.give_up_after_s)
-        else:  # ids a slower transaction took before the last scan's newest commit are looked at again
-            q = q.where(JobEventRow.id > self._event_id - EVENT_ID_SLACK)
+        # moves to a final state only (old != new: not our own events); ids a slower transaction took
+        # before the last scan's newest commit are looked at again
+        after = None if self._event_id is None else self._event_id - EVENT_ID_SLACK
         with self.db.session(readonly=True) as s:
-            events = s.execute(q).all()
-            fresh = {job_id: int(eid) for eid, job_id in events if job_id not in self._checked}
+            events = repo.final_state_events(
+                s, TERMINAL_STATES, since=now - self.settings.give_up_after_s, after_id=after
+            )
+            fresh = {job_id: eid for eid, job_id in events if job_id not in self._checked}
             named: list[str] = []
             ids = list(fresh)
             for i in range(0, len(ids), _IN_CHUNK):
                 chunk = ids[i : i + _IN_CHUNK]
-                rows = s.execute(select(JobRow.id, JobRow.labels, JobRow.env).where(JobRow.id.in_(chunk)))
-                named += [r.id for r in rows if _names_run(r.labels, r.env)]
+                named += [job_id for job_id, labels, env in repo.run_fields(s, chunk) if _names_run(labels, env)]
             recorded = _recorded(s, named)
-            newest = max((int(e.id) for e in events), default=None)
+            newest = max((eid for eid, _ in events), default=None)
             if newest is None and self._event_id is None:
-                newest = int(s.scalar(select(func.max(JobEventRow.id))) or 0)
+                newest = repo.newest_job_event_id(s)
         self._checked.update(fresh)
         for job_id in named:
             if job_id not in recorded and job_id not in self._retry:
@@ -482,7 +471,7 @@ class MlflowSync:
     def _target(self, job_id: str, now: float, stats: SyncStats) -> _Target | None:
         """The job's run and tracking URI; None (and nothing more to do) when it cannot be logged."""
         with self.db.session(readonly=True) as s:
-            row = s.scalar(select(JobRow).where(JobRow.id == job_id))
+            row = repo.find_job(s, job_id)
             if row is None:  # deleted meanwhile
                 self._retry.pop(job_id, None)
                 return None
@@ -525,7 +514,7 @@ class MlflowSync:
 
     def _describe(self, t: _Target, now: float) -> tuple[JobFigures, dict[str, str], tuple[str, str] | None]:
         with self.db.session(readonly=True) as s:
-            row = s.scalar(select(JobRow).where(JobRow.id == t.job_id))
+            row = repo.find_job(s, t.job_id)
             assert row is not None
             figures = job_figures(s, t.job_id, now, self.rules)
             labels = {str(k): str(v) for k, v in (row.labels or {}).items()}
@@ -588,7 +577,7 @@ class MlflowSync:
     # -- bookkeeping -------------------------------------------------------------------------------
     def _record(self, t: _Target, now: float, reason: str) -> None:
         with self.db.session() as s:
-            s.add(JobEventRow(job_id=t.job_id, time=now, old=t.state, new=t.state, reason=reason))
+            repo.add_job_note(s, t.job_id, time=now, state=t.state, reason=reason)
 
     def _skip(self, job_id: str, state: str, ended: float, now: float, why: str, stats: SyncStats) -> None:
         log.warning("mlflow: job %s not logged: %s", job_id, why)
@@ -609,7 +598,7 @@ class MlflowSync:
         if ended is not None and now - ended >= self.settings.give_up_after_s:
             try:
                 with self.db.session(readonly=True) as s:
-                    state = s.scalar(select(JobRow.state).where(JobRow.id == job_id)) or "FAILED"
+                    state = repo.job_state(s, job_id) or "FAILED"
                 self._skip(job_id, state, ended, now, f"gave up after {attempts} attempt(s): {why}", stats)
             except Exception:
                 log.exception("mlflow: cannot record giving up on job %s", job_id)
@@ -623,7 +612,7 @@ class MlflowSync:
     def _ended_at(self, job_id: str) -> float | None:
         try:
             with self.db.session(readonly=True) as s:
-                ended = s.scalar(select(JobRow.ended_at).where(JobRow.id == job_id))
+                ended = repo.job_ended_at(s, job_id)
         except Exception:
             return None
         return None if ended is None else float(ended)
@@ -682,17 +671,7 @@ def _recorded(s: Session, job_ids: Sequence[str]) -> set[str]:
     out: set[str] = set()
     for i in range(0, len(job_ids), _IN_CHUNK):
         chunk = job_ids[i : i + _IN_CHUNK]
-        out.update(
-            s.scalars(
-                select(JobEventRow.job_id).where(
-                    JobEventRow.job_id.in_(chunk),
-                    or_(
-                        JobEventRow.reason.startswith(LOGGED, autoescape=True),
-                        JobEventRow.reason.startswith(SKIPPED, autoescape=True),
-                    ),
-                )
-            )
-        )
+        out.update(repo.jobs_with_event_reason(s, chunk, (LOGGED, SKIPPED)))
     return out
 
 

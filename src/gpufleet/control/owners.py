@@ -20,7 +20,6 @@ import pwd
 import re
 from collections.abc import Iterable
 
-from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.errors import ConflictError, InputError, NotFoundError, PermissionDeniedError
@@ -121,7 +120,7 @@ def check_priority(priority: str, team_name: str, team: Team | None, role: Role)
 
 def check_new_team(s: Session, name: str, *, single_team: bool) -> None:
     """Refuse to create team ``name`` on a single-team server that already hosts another team."""
-    if not single_team or name == DEFAULT_TEAM or s.get(Team, name) is not None:
+    if not single_team or name == DEFAULT_TEAM or repo.find_team(s, name) is not None:
         return
     others = [t.name for t in repo.list_teams(s) if t.name not in (DEFAULT_TEAM, name)]
     if others:
@@ -153,7 +152,7 @@ def submit_owner(
     not be created at all, which the refusal says instead (409 ``single_team``). The priority class
     must be granted to the team (admins: any); the account is the token's, else the team's, and is
     required when the server does not run jobs as itself."""
-    row = s.get(Team, team)
+    row = repo.find_team(s, team)
     if row is None:
         check_new_team(s, team, single_team=single_team)  # one that could not even be created: 409 says why
         raise UnknownTeamError(
@@ -162,7 +161,7 @@ def submit_owner(
             field="team",
         )
     check_priority(priority, team, row, role)
-    token = s.get(Token, token_id) if token_id else None
+    token = repo.find_token(s, token_id) if token_id else None
     run_as = resolve_run_as(token, row)
     if run_as is None and run_as_required:
         raise NoRunAsAccountError(
@@ -178,25 +177,14 @@ def submit_owner(
 
 def _live_admins(s: Session, now: float) -> list[str]:
     """Ids of the unrevoked, unexpired admin tokens, locked until the transaction ends (PostgreSQL)."""
-    q = (
-        select(Token.id)
-        .where(
-            Token.role == Role.ADMIN.value,
-            Token.revoked_at.is_(None),
-            or_(Token.expires_at.is_(None), Token.expires_at > now),
-        )
-        .order_by(Token.id)
-    )
-    if s.get_bind().dialect.name == "postgresql":
-        q = q.with_for_update()
-    return list(s.scalars(q))
+    return repo.live_token_ids(s, Role.ADMIN.value, now)
 
 
 def revoke_token(s: Session, token_id: str, now: float) -> Token:
     """Revoke a token, unless it is the last live admin token (the check and the revocation in one
     transaction; on PostgreSQL the admin token rows are locked so two concurrent revocations of the
     last two admin tokens cannot both pass)."""
-    token = s.get(Token, token_id)
+    token = repo.find_token(s, token_id)
     if token is None:
         raise NotFoundError(f"token '{token_id}' not found")
     if token.role == Role.ADMIN.value and token.revoked_at is None:

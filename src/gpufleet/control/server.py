@@ -60,7 +60,7 @@ class Server:
         app = create_app(
             ApiContext(
                 database=self.db,
-                logs_dir=self.settings.home / "logs",
+                logs_dir=self.settings.log_dir or self.settings.home / "logs",
                 job_logs=self.job_logs,
                 clock=WallClock(),
                 wake=self.controller.wake,
@@ -78,6 +78,8 @@ class Server:
         uses every core instead of sharing one interpreter lock with the scheduler."""
         import uvicorn
 
+        from gpufleet.io.http_timeout import header_timeout_protocol
+
         workers = self.settings.api_workers
         common: dict[str, Any] = {
             "host": self.settings.host,
@@ -85,6 +87,9 @@ class Server:
             "log_level": self.settings.log_level,
             "access_log": False,
             "timeout_graceful_shutdown": 5,
+            # request heads that never finish (slow-loris) are cut off; keep-alive idles 5 s (uvicorn's)
+            "http": header_timeout_protocol(self.settings.http_header_timeout_s),
+            "timeout_keep_alive": 5,
         }
         check_port(self.settings.host, self.settings.port)
         from gpufleet.control.webhook import start_webhook
@@ -129,7 +134,7 @@ def worker_app() -> FastAPI:
     return create_app(
         ApiContext(
             database=db,
-            logs_dir=settings.home / "logs",
+            logs_dir=settings.log_dir or settings.home / "logs",
             job_logs=pod_logs(settings) if settings.backend == "kubernetes" else None,
             clock=WallClock(),
             **context_settings(settings),
@@ -145,6 +150,12 @@ def context_settings(settings: Settings) -> dict[str, Any]:
     return {
         "pricing_rules": rules_from_setting(settings.pricing),
         "max_body_bytes": settings.max_body_bytes,
+        "min_free_bytes": settings.min_free_bytes,
+        # job logs: bytes per read, follows per token and per process; a revocation reaches every worker
+        "log_read_max_bytes": settings.log_read_max_bytes,
+        "log_follows_per_token": settings.log_follows_per_token,
+        "log_follows_total": settings.log_follows_total,
+        "revocations_file": settings.home / "revocations",
         "run_as_required": local and not settings.jobs_as_server,
         "single_team": local and os.geteuid() != 0 and not settings.jobs_as_server,
     }
@@ -181,6 +192,16 @@ def seed_teams(db: Database, settings: Settings, now: float) -> None:
                 team.priority_classes = sorted(set(t.priority_classes), key=PRIORITY_CLASSES.__getitem__)
 
 
+def _server_account() -> str | None:
+    """The person behind the single-user admin token: the account the server runs as."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # a uid with no passwd entry (a container): the token has no owner
+        return None
+
+
 def ensure_admin_token(db: Database, home: Path, now: float) -> Path:
     """The single-user admin token: kept while it still authenticates, else created and written
     to ``<home>/admin.token`` readable only by its owner."""
@@ -192,7 +213,9 @@ def ensure_admin_token(db: Database, home: Path, now: float) -> Path:
                 return path
     with db.session() as s:
         repo.ensure_team(s, DEFAULT_TEAM, now)
-        _, secret = repo.create_token(s, team=DEFAULT_TEAM, role="admin", name="single-user admin", now=now)
+        _, secret = repo.create_token(
+            s, team=DEFAULT_TEAM, role="admin", name="single-user admin", now=now, owner=_server_account()
+        )
     write_private_file(path, secret + "\n")
     return path
 
@@ -296,12 +319,18 @@ def build_server(settings: Settings) -> Server:
             default_grace_s=settings.grace_s,
             policy=policy,
             job_root=settings.job_root,
+            log_dir=settings.log_dir,
+            max_log_bytes=settings.max_log_bytes,
+            max_job_pids=settings.max_job_pids,
         )
     config = ControllerConfig(
         poll_interval_s=settings.poll_interval_s,
         cycle_interval_s=settings.cycle_interval_s,
         grace_s=settings.grace_s,
         telemetry_interval_s=settings.telemetry_interval_s,
+        progress_rows_per_look=settings.progress_rows_per_look,
+        progress_rows_per_s=settings.progress_rows_per_s,
+        progress_burst=settings.progress_burst,
         budget_interval_s=settings.budget_interval_s,
         node_price_usd_per_hour=settings.node_price_usd_per_hour,
     )

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.to_thread
@@ -76,10 +76,11 @@ from gpufleet.k8s.admission import (
     store_failure,
 )
 from gpufleet.model.job import JobState
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.convert import node_from_row
 from gpufleet.store.db import Database
 from gpufleet.store.models import Team
+from gpufleet.store.repo import budgets as budgets_repo
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -131,7 +132,7 @@ class WebhookService:
         name = self._team_of_namespace.get(namespace)
         if name is None and namespace not in self._mapped_teams:
             name = namespace
-        return s.get(Team, name) if name is not None else None
+        return repo.find_team(s, name) if name is not None else None
 
     def facts(self, s: Session, subject: Workload | Unreadable) -> DoorFacts:
         team = self.namespace_team(s, subject.namespace)
@@ -142,7 +143,7 @@ class WebhookService:
             return DoorFacts(tuple(teams))
         label_team = subject.pod.team
         if label_team and label_team != team.name:
-            other = s.get(Team, label_team)
+            other = repo.find_team(s, label_team)
             if other is not None:
                 teams.append(TeamGrant(other.name, tuple(granted_classes(other))))
         kinds: dict[NodeKind, None] = {}
@@ -350,6 +351,8 @@ class WebhookServer:
     ) -> None:
         import uvicorn
 
+        from gpufleet.io.http_timeout import header_timeout_protocol
+
         w = settings.webhook
         if w.cert_file is None or w.key_file is None:
             raise ConfigError("the webhook serves HTTPS: set webhook.cert_file and webhook.key_file", field="webhook")
@@ -368,6 +371,9 @@ class WebhookServer:
             log_config=None,  # the server process configured logging; a thread must not configure it again
             lifespan="off",
             timeout_graceful_shutdown=2,
+            # the API server calls with a deadline; a client whose request head never ends is cut off
+            http=cast(Any, header_timeout_protocol(settings.http_header_timeout_s)),  # a partial: called like the class
+            timeout_keep_alive=5,
         )
         try:
             self.config.load()  # the TLS context now: a missing or bad certificate fails `gpufleet up` at once

@@ -3,7 +3,6 @@ the store and hand them, as plain data, to the what-if engine (:mod:`gpufleet.si
 
 from __future__ import annotations
 
-from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.errors import InputError
@@ -11,7 +10,7 @@ from gpufleet.model.node import CapacityType, Node, SharingMode
 from gpufleet.sim.history import HistoryJob, trace_from_history
 from gpufleet.sim.traces.base import Trace
 from gpufleet.store import Database, repo
-from gpufleet.store.models import NodeIntervalRow, NodeRow
+from gpufleet.store.models import NodeIntervalRow
 
 
 def history_from_store(
@@ -61,14 +60,8 @@ def observed_nodes(session: Session, start: float, end: float) -> list[Node]:
     (the ledger's node intervals): the cluster a history what-if replays, at its own prices. Only
     on-demand nodes are kept as the baseline's fixed capacity; spot and CPU-only nodes are left out
     (the baseline is an on-demand GPU cluster)."""
-    q = (
-        select(NodeIntervalRow, NodeRow.sharing)
-        .join(NodeRow, NodeRow.name == NodeIntervalRow.node, isouter=True)
-        .where(NodeIntervalRow.start < end, or_(NodeIntervalRow.end.is_(None), NodeIntervalRow.end > start))
-        .order_by(NodeIntervalRow.node, NodeIntervalRow.start)
-    )
     last: dict[str, tuple[NodeIntervalRow, str | None]] = {}
-    for iv, sharing in session.execute(q):
+    for iv, sharing in repo.node_intervals_between(session, start, end):
         last[iv.node] = (iv, sharing)
     out = []
     for name, (iv, mode) in sorted(last.items()):

@@ -31,11 +31,12 @@ from fractions import Fraction
 from types import MappingProxyType
 
 from gpufleet.errors import InputError
-from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MILLI, gpu_model
+from gpufleet.model.gpu import MILLI, gpu_model
 from gpufleet.model.job import GpuRequest, Job, PodPlacement
 from gpufleet.model.node import CapacityType, Node
+from gpufleet.model.share import SHARE_UNITS as SHARE_UNITS  # 7000 share units = one GPU
+from gpufleet.model.share import fraction_units, request_share
 
-SHARE_UNITS = MIG_COMPUTE_SLICES * MILLI  # 7000 share units = one GPU
 US_PER_S = 1_000_000
 US_PER_HOUR = 3600 * US_PER_S
 MIB_PER_GIB = 1024
@@ -68,14 +69,9 @@ def gpu_share(request: GpuRequest, gpu_model_name: str) -> Fraction:
     Whole GPUs: the count; a MIG slice: its compute slices / 7 (1g.10gb on an A100-80GB = 1/7);
     a time-sliced/MPS fraction: milli / 1000.
     """
-    if request.mig_profile is not None:
-        profile = gpu_model(gpu_model_name).mig_profile(request.mig_profile)
-        if profile is None:
-            raise LedgerError(
-                f"{gpu_model_name or 'this node'} has no MIG profile '{request.mig_profile}'", field="mig"
-            )
-        return Fraction(profile.compute_slices, MIG_COMPUTE_SLICES) * request.count
-    return Fraction(request.count * request.milli, MILLI)
+    if request.mig_profile is not None and gpu_model(gpu_model_name).mig_profile(request.mig_profile) is None:
+        raise LedgerError(f"{gpu_model_name or 'this node'} has no MIG profile '{request.mig_profile}'", field="mig")
+    return request_share(request, gpu_model_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,14 +554,13 @@ def _share_units(share: Fraction | float | int) -> int:
                 field="gpu_share",
             )
     else:
-        exact = share if isinstance(share, Fraction) else Fraction(share)
-        num, den = exact.numerator, exact.denominator
-        if SHARE_UNITS % den:
+        exact = fraction_units(share)
+        if exact is None:
             raise LedgerError(
                 f"gpu_share {share} is not a whole number of 1/7000 GPU (whole GPUs, MIG k/7, milli/1000)",
                 field="gpu_share",
             )
-        units = num * (SHARE_UNITS // den)
+        units = exact
     if units < 0:
         raise LedgerError(f"gpu_share must be >= 0, got {share}", field="gpu_share")
     return units

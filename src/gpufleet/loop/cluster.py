@@ -181,6 +181,10 @@ class ClusterView:
         ns = self.nodes.get(name)
         return ns.node.gpu_model if ns is not None else ""
 
+    def node_labels(self, name: str) -> dict[str, str]:
+        ns = self.nodes.get(name)
+        return ns.node.labels if ns is not None else {}
+
     def cost_rate_usd_per_hour(self) -> float:
         return sum(ns.hourly_usd for ns in self.live.values())
 

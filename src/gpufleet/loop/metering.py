@@ -1,23 +1,23 @@
 """Metering: what a run holds on each node, in the ledger's units (pure).
 
 One share per node the run was placed on (its pods on that node summed): GPU share in 1/7000 GPU
-(whole GPUs ``count * 7000``, a fraction ``milli * 7``, a MIG slice its compute slices / 7), CPU and
+(:func:`gpufleet.model.share.landed_units`: whole GPUs ``count * 7000``, a fraction ``milli * 7``, a
+MIG slice its compute slices / 7, an adopted pod's replicas ``k/R`` of the node it landed on), CPU and
 memory of the job's request. A CPU-only job holds CPU and memory on the node it was given.
 """
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from gpufleet.cost.ledger import SHARE_UNITS, gpu_share
-from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MILLI, gpu_model
-from gpufleet.model.job import GpuRequest, Job, PodPlacement
+from gpufleet.model.job import Job, PodPlacement
+from gpufleet.model.share import landed_units, request_units, units_fraction
 
-_MIG_SLICES = re.compile(r"^(\d+)g\.")
+# GPU share (1/7000 GPU) one pod asking a request holds on a node of a GPU model (the name callers
+# know; the rule lives in gpufleet.model.share)
+share_units = request_units
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,31 +29,25 @@ class Share:
 
     @property
     def gpu_share(self) -> Fraction:
-        return Fraction(self.gpu_units, SHARE_UNITS)
-
-
-@functools.lru_cache(maxsize=4096)
-def share_units(req: GpuRequest, gpu_model_name: str) -> int:
-    """GPU share (1/7000 GPU) one pod asking ``req`` holds on a node of ``gpu_model_name``."""
-    if req.count == 0:
-        return 0
-    if req.mig_profile is None:
-        return req.count * req.milli * SHARE_UNITS // MILLI  # exact: 7 units per milli-GPU
-    if gpu_model(gpu_model_name).mig_profile(req.mig_profile) is None:
-        m = _MIG_SLICES.match(req.mig_profile)
-        k = int(m.group(1)) if m else MIG_COMPUTE_SLICES
-        return k * MILLI
-    return int(gpu_share(req, gpu_model_name) * SHARE_UNITS)
+        return units_fraction(self.gpu_units)
 
 
 def run_shares(
-    job: Job, placement: Sequence[PodPlacement], gpu_model_of: Callable[[str], str], fallback_node: str
+    job: Job,
+    placement: Sequence[PodPlacement],
+    gpu_model_of: Callable[[str], str],
+    fallback_node: str,
+    node_labels_of: Callable[[str], Mapping[str, str]] | None = None,
 ) -> tuple[Share, ...]:
-    """The shares a run of ``job`` placed by ``placement`` holds, one per node (in first-seen order)."""
+    """The shares a run of ``job`` placed by ``placement`` holds, one per node (in first-seen order).
+    ``node_labels_of``: a node's labels (its time-sliced replicas), for pods that ask replicas."""
     spec = job.spec
     per_node: dict[str, tuple[int, int, int]] = {}
     for p in placement:
-        units = share_units(spec.gpu, gpu_model_of(p.node)) if p.gpus else 0
+        units = 0
+        if p.gpus:
+            labels = node_labels_of(p.node) if node_labels_of is not None else {}
+            units = landed_units(spec.gpu, gpu_model_of(p.node), spec.labels, labels)
         u, c, m = per_node.get(p.node, (0, 0, 0))
         per_node[p.node] = (u + units, c + spec.cpu_milli, m + spec.memory_mib)
     if not per_node and fallback_node:

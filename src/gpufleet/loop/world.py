@@ -430,7 +430,7 @@ class WorldLoop:
             self.state.launch_failed(job, launch.run, str(e), now)
             self._end(job, JobState.FAILED, f"could not launch: {e}", now)
             return
-        shares = run_shares(job, placement, self.cluster.gpu_model, node_name)
+        shares = run_shares(job, placement, self.cluster.gpu_model, node_name, self.cluster.node_labels)
         self.state.run_started(job, launch.run, handle.pid, handle.started_at, shares, now)
         job.transition(JobState.RUNNING, now, f"started (run {launch.run}, pid {handle.pid})")
         self._adopt(job, launch.run, pl.assignments, shares, handle.started_at)
@@ -463,7 +463,7 @@ class WorldLoop:
             snap.allocate(a)
         self.scheduler.account(job, assignments, snap, now, +1)
         node_name = job.placement[0].node if job.placement else next(iter(self.cluster.live), "")
-        shares = run_shares(job, job.placement, self.cluster.gpu_model, node_name)
+        shares = run_shares(job, job.placement, self.cluster.gpu_model, node_name, self.cluster.node_labels)
         self._adopt(job, run, assignments, shares, started_at, stopping)
 
     def _gpu_type(self, assignments: Sequence[Assignment]) -> str:

@@ -23,8 +23,8 @@ from typing import Any
 from gpufleet.clock import Clock
 from gpufleet.errors import InputError
 from gpufleet.notify.channels import Channel, DeliveryError, deliver, parse_channel
-from gpufleet.store import budgets_repo
 from gpufleet.store.db import Database
+from gpufleet.store.repo import budgets as budgets_repo
 
 log = logging.getLogger(__name__)
 

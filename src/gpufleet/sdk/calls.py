@@ -268,6 +268,19 @@ class _LineSplitter:
         self._buf = b""
 
 
+def _log_continues_at(headers: Mapping[str, str], follow: bool) -> int | None:
+    """Where to ask again after a read without ``follow`` that the server cut at its byte limit
+    (``log_read_max_bytes``): its ``X-Log-Next-Offset`` while that is short of ``X-Log-Size``; else None
+    (the whole log was sent, or a server without the headers sent it all)."""
+    if follow:
+        return None
+    try:
+        nxt, size = int(headers["X-Log-Next-Offset"]), int(headers["X-Log-Size"])
+    except (KeyError, ValueError):
+        return None
+    return nxt if nxt < size else None
+
+
 # ------------------------------------------------------------------------------------------------ retry
 
 

@@ -44,6 +44,7 @@ from gpufleet.sdk.calls import (
     _json_any,
     _LineSplitter,
     _list_params,
+    _log_continues_at,
     _model,
     _models,
     _nothing,
@@ -304,8 +305,10 @@ class Client:
         splitter = _LineSplitter(offset)
         timeout = httpx.Timeout(self.timeout, read=None) if follow else None
         broken = 0
+        at: int | None = None  # where a log the server cut continues (else: after the last whole line)
         while True:
-            params = [("offset", str(splitter.offset))] + ([("follow", "true")] if follow else [])
+            start = splitter.offset if at is None else at
+            params = [("offset", str(start))] + ([("follow", "true")] if follow else [])
             resp = self._send(_Call("GET", path, _nothing, params=params), stream=True, timeout=timeout)
             try:
                 for chunk in resp.iter_bytes():
@@ -316,10 +319,14 @@ class Client:
                 if broken > self._policy.retries:
                     raise ServerUnavailable(self.url, e, broken) from None
                 splitter.drop_partial()
+                at = None
                 self._sleep(self._policy.delay(broken - 1, None))
                 continue
             finally:
                 resp.close()
+            at = _log_continues_at(resp.headers, follow)
+            if at is not None:
+                continue
             yield from splitter.flush()
             return
 
@@ -478,9 +485,7 @@ class Client:
         ``confidence`` 0..1, ``basis``). It stays pending — nothing changes — until a person
         approves it. Retries reuse one ``Idempotency-Key``, so at most one proposal is made."""
         return self._do(
-            _propose_call(
-                action, target, params, rationale, estimate, effect_window_s, expires_in_s, idempotency_key
-            )
+            _propose_call(action, target, params, rationale, estimate, effect_window_s, expires_in_s, idempotency_key)
         )
 
     def proposals(self, state: str | None = None, *, limit: int = 100) -> builtins.list[ProposalOut]:
@@ -663,8 +668,10 @@ class AsyncClient:
         splitter = _LineSplitter(offset)
         timeout = httpx.Timeout(self.timeout, read=None) if follow else None
         broken = 0
+        at: int | None = None  # where a log the server cut continues (else: after the last whole line)
         while True:
-            params = [("offset", str(splitter.offset))] + ([("follow", "true")] if follow else [])
+            start = splitter.offset if at is None else at
+            params = [("offset", str(start))] + ([("follow", "true")] if follow else [])
             resp = await self._send(_Call("GET", path, _nothing, params=params), stream=True, timeout=timeout)
             try:
                 async for chunk in resp.aiter_bytes():
@@ -676,10 +683,14 @@ class AsyncClient:
                 if broken > self._policy.retries:
                     raise ServerUnavailable(self.url, e, broken) from None
                 splitter.drop_partial()
+                at = None
                 await self._sleep(self._policy.delay(broken - 1, None))
                 continue
             finally:
                 await resp.aclose()
+            at = _log_continues_at(resp.headers, follow)
+            if at is not None:
+                continue
             for line in splitter.flush():
                 yield line
             return
@@ -810,9 +821,7 @@ class AsyncClient:
         idempotency_key: str | None = None,
     ) -> ProposalOut:
         return await self._do(
-            _propose_call(
-                action, target, params, rationale, estimate, effect_window_s, expires_in_s, idempotency_key
-            )
+            _propose_call(action, target, params, rationale, estimate, effect_window_s, expires_in_s, idempotency_key)
         )
 
     async def proposals(self, state: str | None = None, *, limit: int = 100) -> builtins.list[ProposalOut]:

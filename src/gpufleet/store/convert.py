@@ -7,31 +7,26 @@ loader, the API and the ledger agree (e.g. on what a MIG request's ``milli`` is)
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpufleet.errors import InputError
-from gpufleet.loop.metering import share_units
-from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MILLI, gpu_model
+from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import GpuRequest, Job, JobSpec, JobState, PodPlacement
 from gpufleet.model.node import CapacityType, Node, SharingMode
+from gpufleet.model.share import landed_units, mig_slices
+from gpufleet.model.share import mig_milli as _slices_milli
 from gpufleet.store.models import JobRow, NodeRow
-
-_MIG_SLICES = re.compile(r"^(\d+)g\.")
 
 
 def mig_milli(profile: str, gpu_types: Iterable[str] = ()) -> int:
     """Milli-GPU of a MIG slice: its share of the first allowed GPU model that has the profile,
-    else ``1000 * k / 7`` (rounded) from the profile's name ``<k>g.<mem>gb``."""
-    for name in gpu_types:
-        p = gpu_model(name).mig_profile(profile)
-        if p is not None:
-            return p.milli
-    m = _MIG_SLICES.match(profile)
-    if m is None or not 1 <= int(m.group(1)) <= MIG_COMPUTE_SLICES:
+    else ``1000 * k / 7`` (rounded) from the profile's name ``<k>g.<mem>gb``; :class:`InputError`
+    for a name gpufleet cannot read."""
+    slices = mig_slices(profile, *gpu_types)
+    if slices is None:
         raise InputError(f"not a MIG profile name: '{profile}' (expected e.g. 1g.10gb)", field="mig")
-    return round(MILLI * int(m.group(1)) / MIG_COMPUTE_SLICES)
+    return _slices_milli(slices)
 
 
 def gpu_request_from_row(row: JobRow) -> GpuRequest:
@@ -45,10 +40,10 @@ def gpu_request_from_row(row: JobRow) -> GpuRequest:
     return GpuRequest(count=row.gpus, milli=MILLI)
 
 
-def pod_share_units(row: JobRow, gpu_model_name: str) -> int:
-    """GPU share (1/7000 GPU) one pod of the job holds on a node of ``gpu_model_name`` (the loop's
-    metering rule, :func:`gpufleet.loop.metering.share_units`)."""
-    return share_units(gpu_request_from_row(row), gpu_model_name)
+def pod_share_units(row: JobRow, gpu_model_name: str, node_labels: Mapping[str, Any] | None = None) -> int:
+    """GPU share (1/7000 GPU) one pod of the job holds on a node of ``gpu_model_name`` labelled
+    ``node_labels`` (the loop's metering rule, :func:`gpufleet.model.share.landed_units`)."""
+    return landed_units(gpu_request_from_row(row), gpu_model_name, row.labels or {}, node_labels or {})
 
 
 def job_spec_from_row(row: JobRow) -> JobSpec:

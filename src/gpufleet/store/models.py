@@ -71,7 +71,7 @@ class Token(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(127), default="")
     team: Mapped[str] = mapped_column(ForeignKey("teams.name"))
-    role: Mapped[str] = mapped_column(String(16))  # admin | member | viewer
+    role: Mapped[str] = mapped_column(String(16))  # admin | member | viewer | metrics
     secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float | None] = mapped_column(Float, default=None)

@@ -17,6 +17,11 @@ controller through :meth:`ApiMetrics.observe_cycle` when it runs in the same pro
 (``Server.app()`` wires it); a standby replica or an API worker process has no cycle samples.
 Everything else is read from the store when Prometheus scrapes (:mod:`gpufleet.api.metrics.collectors`),
 so every replica answers the same.
+
+Who sees what (:mod:`gpufleet.api.metrics.audience`): both endpoints take a bearer token, optionally.
+Without one a scrape gets cluster totals (no job, team, namespace, project, pod or budget label);
+a member's or viewer's token its own team's series; an admin token (Prometheus') every series.
+An invalid token is a 401.
 """
 
 from __future__ import annotations
@@ -24,17 +29,29 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpufleet.api.auth import Principal, optional_principal
 from gpufleet.api.context import ApiContext
+from gpufleet.api.metrics.audience import ANONYMOUS, EVERYTHING, Audience, restrict
 from gpufleet.api.metrics.collectors import DcgmCollector, StoreCollector
 
-__all__ = ["ApiMetrics", "DcgmCollector", "MetricsMiddleware", "StoreCollector", "dcgm_router"]
+__all__ = [
+    "ANONYMOUS",
+    "EVERYTHING",
+    "ApiMetrics",
+    "Audience",
+    "DcgmCollector",
+    "MetricsMiddleware",
+    "StoreCollector",
+    "dcgm_router",
+]
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -66,6 +83,16 @@ class _CycleCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         if self._observed:
             yield from self.histogram.collect()
+
+
+class _Families:
+    """A ready list of families, in the shape :func:`generate_latest` reads (``collect()``)."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
 
 
 class ApiMetrics:
@@ -105,6 +132,26 @@ class ApiMetrics:
         """One scheduling cycle took ``seconds`` (the controller's hook)."""
         self.cycles.observe(seconds)
 
+    def exposition(self, audience: Audience = EVERYTHING) -> bytes:
+        """``/metrics`` as ``audience`` sees it (the text format)."""
+        if audience.everything:
+            return generate_latest(self.registry)
+        families = [
+            *self.requests.collect(),
+            *self.latency.collect(),
+            *self.submits.collect(),
+            *self.cycles.collect(),
+        ]
+        store, owners = self.store.collect_owned()
+        view = restrict([*families, *store], audience, owners, self.store.high_water)
+        return generate_latest(_Families(view))
+
+    def dcgm_exposition(self, audience: Audience = EVERYTHING) -> bytes:
+        """``/metrics/dcgm`` as ``audience`` sees it."""
+        if audience.everything:
+            return generate_latest(self.dcgm_registry)
+        return generate_latest(_Families(self.dcgm.collect_for(audience)))
+
 
 dcgm_router = APIRouter(tags=["system"])
 
@@ -113,12 +160,18 @@ dcgm_router = APIRouter(tags=["system"])
     "/metrics/dcgm",
     summary="DCGM exporter metrics of the server's own GPUs",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}},
+    responses={
+        200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}},
+        401: {"description": "An invalid bearer token (no token: no pod is named)"},
+    },
+    openapi_extra={"security": [{}]},  # the token is optional (FastAPI lists it as required)
 )
-def dcgm_metrics(request: Request) -> Response:
-    """``DCGM_FI_DEV_*`` of the local backend's GPUs from their latest stored telemetry sample."""
-    registry = request.app.state.metrics.dcgm_registry
-    return Response(content=generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+def dcgm_metrics(request: Request, who: Annotated[Principal | None, Depends(optional_principal)]) -> Response:
+    """``DCGM_FI_DEV_*`` of the local backend's GPUs from their latest stored telemetry sample. The
+    ``pod``/``namespace``/``container`` of a run holding a GPU are shown to an admin token and to
+    the run's own team's tokens; without a token no holder is named."""
+    metrics: ApiMetrics = request.app.state.metrics
+    return Response(content=metrics.dcgm_exposition(Audience.of(who)), media_type=CONTENT_TYPE_LATEST)
 
 
 class MetricsMiddleware:

@@ -17,6 +17,11 @@ interruptions, autoscaler decisions) are kept monotonic in this process by a hig
 series: a cost row's cents can move one cent down when a later report redistributes rounding
 (largest remainder), and a node that comes back under its old name is no longer "removed"; the
 counter then holds its highest value instead of going back.
+
+Who sees what (:mod:`gpufleet.api.metrics.audience`): the collectors compute every series, and
+record the team behind each pod and budget (:class:`~gpufleet.api.metrics.audience.Owners`) so a
+scrape's view can be cut to its reader: :meth:`StoreCollector.collect_owned`,
+:meth:`DcgmCollector.collect_for`.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from gpufleet.api.context import ApiContext
+from gpufleet.api.metrics.audience import EVERYTHING, Audience, Owners
 from gpufleet.backends.kubernetes.objects import CONTAINER_NAME
 from gpufleet.control.budgets import scope_spend
 from gpufleet.cost.budget_status import budget_status, enforcing
@@ -47,7 +53,8 @@ from gpufleet.cost.spend import spend_report
 from gpufleet.errors import GpufleetError
 from gpufleet.io.catalog import load_catalog
 from gpufleet.scheduling.estimate import ROOM_WAITS
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
+from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.store.repo import scrape
 
 log = logging.getLogger(__name__)
@@ -168,6 +175,8 @@ class _Money:
     cost: list[tuple[tuple[str, ...], float]]  # COST_LABELS values → dollars
     pod_cost: list[tuple[tuple[str, ...], float]]  # POD_LABELS values → dollars
     budgets: list[tuple[str, str, float, float, float, bool]]  # name, action, spend, limit, percent, enforcing
+    pod_teams: dict[str, str]  # pod → team, of pod_cost's pods
+    budget_teams: dict[str, str]  # budget name → owning team ("": none)
 
 
 class StoreCollector(Collector):
@@ -199,9 +208,22 @@ class StoreCollector(Collector):
         return []  # computed at scrape time; nothing to describe up front (no store query on register)
 
     def collect(self) -> Iterable[Metric]:
+        yield from self._collect(Owners())
+
+    def collect_owned(self) -> tuple[list[Metric], Owners]:
+        """Every family, and the teams behind their pods and budgets (for a reader's view)."""
+        owners = Owners()
+        return list(self._collect(owners)), owners
+
+    @property
+    def high_water(self) -> Callable[[str, Sequence[str], float], float]:
+        """The high-water marks (counters summed for a reader's view keep theirs here too)."""
+        return self._high
+
+    def _collect(self, owners: Owners) -> Iterator[Metric]:
         up = GaugeMetricFamily("gpufleet_store_up", "1 if the store answered this scrape, else 0")
         try:
-            families = list(self._cheap())
+            families = list(self._cheap(owners))
         except Exception:  # a scrape must not fail because the store is down: say so instead
             log.warning("metrics: the store did not answer", exc_info=True)
             up.add_metric([], 0)
@@ -210,7 +232,7 @@ class StoreCollector(Collector):
         up.add_metric([], 1)
         yield from families
         yield up
-        yield from self._guarded("cost and budgets", self._money_families)
+        yield from self._guarded("cost and budgets", lambda: self._money_families(owners))
         yield from self._guarded("savings", self._savings_family)
 
     def _guarded(self, what: str, families: Callable[[], Iterable[Metric]]) -> Iterator[Metric]:
@@ -223,7 +245,7 @@ class StoreCollector(Collector):
 
     # -- every scrape ---------------------------------------------------------------------------------
 
-    def _cheap(self) -> Iterator[Metric]:
+    def _cheap(self, owners: Owners) -> Iterator[Metric]:
         ctx = self._ctx
         now = ctx.clock.now()
         rules = ctx.pricing_rules
@@ -240,6 +262,7 @@ class StoreCollector(Collector):
             scaled = scrape.autoscaled_nodes(s)
             nodes = scrape.live_nodes(s)
             pods = scrape.open_pods(s)
+        owners.pods.update((p.pod, p.team) for p in pods)
 
         jobs = GaugeMetricFamily(
             "gpufleet_jobs",
@@ -316,8 +339,11 @@ class StoreCollector(Collector):
 
     # -- cached: the ledger ---------------------------------------------------------------------------
 
-    def _money_families(self) -> Iterator[Metric]:
+    def _money_families(self, owners: Owners) -> Iterator[Metric]:
         money: _Money = self._money.get(self._ctx.clock.now(), self._compute_money)
+        for name, team in money.pod_teams.items():
+            owners.pods.setdefault(name, team)
+        owners.budgets.update(money.budget_teams)
         cost = CounterMetricFamily(
             "gpufleet_cost_usd",
             "Dollars charged to each job since the ledger began (the ledger's all-time report by job, with "
@@ -373,6 +399,7 @@ class StoreCollector(Collector):
         cost: list[tuple[tuple[str, ...], float]] = []
         pod_cost: list[tuple[tuple[str, ...], float]] = []
         budgets: list[tuple[str, str, float, float, float, bool]] = []
+        budget_teams: dict[str, str] = {}
         with ctx.database.session(readonly=True) as s:
             start = scrape.ledger_start(s)
             if start is not None and now > start:
@@ -387,6 +414,7 @@ class StoreCollector(Collector):
                 )
                 cost = [(tuple(r.key), float(r.total_cost_usd)) for r in rep.rows]
             pods = scrape.open_pods(s)
+            pod_teams = {p.pod: p.team for p in pods}
             first = min((p.started_at for p in pods), default=None)
             if first is not None and now > first:
                 pod_ledger = repo.load_ledger(s, first, now, now, by_pod=True, open_only=True)
@@ -402,12 +430,13 @@ class StoreCollector(Collector):
                 pod_cost = [(tuple(r.key), float(r.total_cost_usd)) for r in rep.rows if r.key[1] in names]
             for row in budgets_repo.list_budgets(s, enabled_only=True):
                 b = budgets_repo.budget_of(row)
+                budget_teams[b.name] = budgets_repo.scope_of(row).team or ""
                 period = b.period_at(now)
                 spent = scope_spend(s, b.scope, period.start, period.end, now, rules=rules)
                 status = budget_status(b, period, spent, now)
                 in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now)
                 budgets.append((b.name, b.action, status.spend_usd, b.limit_usd, status.percent, in_force))
-        return _Money(cost, pod_cost, budgets)
+        return _Money(cost, pod_cost, budgets, pod_teams, budget_teams)
 
     # -- cached: the savings --------------------------------------------------------------------------
 
@@ -610,6 +639,11 @@ class DcgmCollector(Collector):
         return []
 
     def collect(self) -> Iterable[Metric]:
+        return self.collect_for(EVERYTHING)
+
+    def collect_for(self, audience: Audience) -> Iterator[Metric]:
+        """The series as ``audience`` sees them: a pod it may not see is left out of a GPU's labels
+        (the GPU then reads as idle, one series), as are all pods for an anonymous scrape."""
         now = self._ctx.clock.now()
         try:
             with self._ctx.database.session(readonly=True) as s:
@@ -620,6 +654,8 @@ class DcgmCollector(Collector):
             return
         holders: dict[tuple[str, int], list[tuple[str, str]]] = defaultdict(list)
         for p in pods:
+            if not audience.sees(p.team):
+                continue
             for g in p.gpus:
                 holders[(p.node, g)].append((p.namespace, p.pod))
         util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)." + _DCGM_HELP, labels=DCGM_LABELS)

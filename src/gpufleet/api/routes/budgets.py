@@ -30,8 +30,8 @@ from gpufleet.cost.budget_status import check_block
 from gpufleet.cost.job_estimate import estimate_job_cost
 from gpufleet.errors import NotFoundError
 from gpufleet.notify.channels import masked, public_channel
-from gpufleet.store import budgets_repo
 from gpufleet.store.models import BudgetRow
+from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.wire import (
     BudgetCheckLine,
     BudgetCheckOut,

@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.backends.base import GpuSample
 from gpufleet.errors import InputError
-from gpufleet.model.gpu import MIG_COMPUTE_SLICES
+from gpufleet.model.share import mig_share
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -152,7 +152,7 @@ def _sample(host: str, index: int, gpu: _Gpu, now: float) -> GpuSample:
     elif GR_ENGINE_ACTIVE in dev.values:
         util = 100.0 * dev.values[GR_ENGINE_ACTIVE]
     else:
-        util = 100.0 * sum(p.values.get(GR_ENGINE_ACTIVE, 0.0) * _share(p.profile) for p in parts)
+        util = 100.0 * sum(p.values.get(GR_ENGINE_ACTIVE, 0.0) * mig_share(p.profile) for p in parts)
     return GpuSample(
         time=gpu.time if gpu.time is not None else now,
         node=host,
@@ -165,12 +165,6 @@ def _sample(host: str, index: int, gpu: _Gpu, now: float) -> GpuSample:
         temperature_c=dev.values.get(GPU_TEMP),
         power_w=dev.values.get(POWER_USAGE),
     )
-
-
-def _share(profile: str) -> float:
-    """A MIG profile's share of the GPU (compute slices / 7); a profile gpufleet cannot read counts 1/7."""
-    m = re.match(r"(\d+)g\.", profile)
-    return min(1.0, int(m[1]) / MIG_COMPUTE_SLICES) if m else 1 / MIG_COMPUTE_SLICES
 
 
 def _clip(line: str, n: int = 120) -> str:

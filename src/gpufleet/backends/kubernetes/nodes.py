@@ -55,8 +55,15 @@ from typing import Any
 
 from gpufleet.cost.catalog import PriceCatalog, PriceEntry
 from gpufleet.errors import CatalogError, InputError
-from gpufleet.model.gpu import MILLI, canonical_gpu_name, gpu_model
+from gpufleet.model.gpu import canonical_gpu_name, gpu_model
 from gpufleet.model.node import CapacityType, Node, SharingMode
+from gpufleet.model.share import (
+    MIG_PROFILE_PATTERN,
+    NODE_REPLICAS_LABEL,
+    mig_share,
+    mig_slices_per_gpu,
+    replicas_milli,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +87,7 @@ ANNOTATION_HOURLY_PRICE = "gpufleet.io/hourly-price-usd"
 
 # Labels gpufleet adds to Node.labels (never written to the cluster).
 GF_GPU_RESOURCE = "gpufleet.io/gpu-resource"  # the extended resource pods ask for
-GF_GPU_REPLICAS = "gpufleet.io/gpu-replicas"  # replicas per physical GPU (time-slicing / MPS)
+GF_GPU_REPLICAS = NODE_REPLICAS_LABEL  # replicas per physical GPU (time-slicing / MPS)
 GF_REPLICA_MILLI = "gpufleet.io/replica-milli"  # one replica in milli-GPU (1000 // replicas)
 GF_SHARING_STRATEGY = "gpufleet.io/sharing-strategy"  # time-slicing | mps
 GF_MIG_STRATEGY = "gpufleet.io/mig-strategy"  # single | mixed
@@ -202,7 +209,7 @@ def _non_negative(q: Decimal, raw: object, field: str | None, source: str | None
 
 _FAMILIES = ("H200", "H100", "A100", "L40S", "A10G", "A10", "L4", "T4", "V100", "P100")
 _MEMORY_TOKEN = re.compile(r"(\d+)GB")
-_MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>\d+g\.\d+gb(?:\+me)?)$", re.IGNORECASE)
+_MIG_SUFFIX = re.compile(rf"-MIG-(?P<profile>{MIG_PROFILE_PATTERN})$", re.IGNORECASE)
 
 
 def split_product(product: str) -> tuple[str, str | None, bool]:
@@ -280,7 +287,7 @@ class NodeInfo:
     @property
     def replica_milli(self) -> int:
         """One replica of a shared GPU in milli-GPU (1000 for an unshared GPU)."""
-        return MILLI // max(1, self.gpu_replicas)
+        return replicas_milli(1, self.gpu_replicas)
 
 
 def node_from_object(obj: Mapping[str, Any], catalog: PriceCatalog | None = None) -> Node | None:
@@ -391,7 +398,7 @@ def node_info(
         slices = plain if plain is not None else (label_int(LABEL_GPU_COUNT) or 0)
         if slices:
             mig_profiles = {single_profile: slices}
-            per_gpu = _slices_per_gpu(model_name, single_profile)
+            per_gpu = mig_slices_per_gpu(single_profile, model_name)
             gpu_count = math.ceil(slices / per_gpu)
             notes.append(
                 f"MIG single strategy: {slices} {single_profile} slice(s) counted as {gpu_count} GPU(s) "
@@ -403,7 +410,7 @@ def node_info(
         gpu_resource = GPU_RESOURCE if whole else None  # MIG slices are asked for as nvidia.com/mig-<profile>
         counted = label_int(LABEL_GPU_COUNT)
         if counted is None:
-            counted = whole + math.ceil(sum(n * _profile_share(model_name, p) for p, n in mig_profiles.items()))
+            counted = whole + math.ceil(sum(n * mig_share(p, model_name) for p, n in mig_profiles.items()))
             notes.append(f"no {LABEL_GPU_COUNT} label: {counted} GPU(s) estimated from the MIG slices")
         gpu_count = counted
     else:
@@ -457,7 +464,7 @@ def node_info(
         node_labels[GF_GPU_RESOURCE] = gpu_resource
     if sharing is SharingMode.SHARED:
         node_labels[GF_GPU_REPLICAS] = str(replicas)
-        node_labels[GF_REPLICA_MILLI] = str(MILLI // replicas)
+        node_labels[GF_REPLICA_MILLI] = str(replicas_milli(1, replicas))
         node_labels[GF_SHARING_STRATEGY] = labels.get(LABEL_SHARING_STRATEGY) or "time-slicing"
     if sharing is SharingMode.MIG and mig_strategy:
         node_labels[GF_MIG_STRATEGY] = mig_strategy
@@ -553,24 +560,6 @@ def _str_map(value: Any, fld: str, source: str) -> dict[str, str]:
             raise InputError(f"expected a string value for {k!r}, got {type(v).__name__}", source=source, field=fld)
         out[k] = v
     return out
-
-
-def _slices_per_gpu(model: str | None, profile: str) -> int:
-    """How many slices of ``profile`` one GPU holds when all its slices are that profile."""
-    p = gpu_model(model).mig_profile(profile) if model else None
-    if p is not None:
-        return len(p.starts)
-    m = re.match(r"(\d+)g\.", profile)
-    compute = int(m[1]) if m else 1
-    return max(1, 7 // compute)
-
-
-def _profile_share(model: str | None, profile: str) -> float:
-    p = gpu_model(model).mig_profile(profile) if model else None
-    if p is not None:
-        return p.share
-    m = re.match(r"(\d+)g\.", profile)
-    return min(1.0, int(m[1]) / 7) if m else 1 / 7
 
 
 def _capacity_type(labels: Mapping[str, str], notes: list[str]) -> CapacityType:

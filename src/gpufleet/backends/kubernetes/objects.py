@@ -36,8 +36,8 @@ from gpufleet.backends.kubernetes.pods import (
     ANNOTATION_RUN,
 )
 from gpufleet.errors import InputError
-from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest
+from gpufleet.model.share import milli_replicas
 
 SCHEDULER_NAME = "gpufleet"
 CONTAINER_NAME = "main"
@@ -149,7 +149,7 @@ def gpu_resources(gpu: GpuRequest, resource: str | None = None, replicas: int = 
                 f"a fractional GPU ({gpu.milli} milli) needs a node with time-sliced GPUs (replicas >= 2)",
                 field="gpu_milli",
             )
-        return {resource or GPU_RESOURCE: max(1, math.ceil(gpu.milli * replicas / MILLI))}
+        return {resource or GPU_RESOURCE: milli_replicas(gpu.milli, replicas)}
     return {resource or GPU_RESOURCE: gpu.count * max(1, replicas)}
 
 

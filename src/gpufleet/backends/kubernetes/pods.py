@@ -20,7 +20,6 @@ time-sliced GPU under ``renameByDefault``), ``nvidia.com/mig-<profile>`` (MIG sl
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,8 +34,9 @@ from gpufleet.backends.kubernetes.nodes import (
     quantity_milli,
 )
 from gpufleet.errors import InputError
-from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MILLI, gpu_model
+from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import GpuRequest
+from gpufleet.model.share import mig_milli, mig_slices, replicas_milli
 
 ANNOTATION_COST_LIMIT = "gpufleet.io/cost-limit"  # dollars
 ANNOTATION_JOB_ID = "gpufleet.io/job-id"
@@ -156,7 +156,8 @@ class PodFacts:
 
         Whole GPUs stay whole; ``k`` replicas of a GPU shared ``replicas`` ways is ``k/replicas`` of
         one GPU (``milli = 1000 * k // replicas``); a MIG slice is that profile, its ``milli`` the
-        slice's share of the GPU (of model ``gpu`` if it has the profile, else ``<k>g`` / 7).
+        slice's share of the GPU (of model ``gpu`` if it has the profile, else ``<k>g`` / 7; a name
+        gpufleet cannot read, one slice). The arithmetic is :mod:`gpufleet.model.share`'s.
         """
         if self.gpu_count == 0 or self.gpu_resource is None:
             return GpuRequest()
@@ -167,11 +168,11 @@ class PodFacts:
                     source=f"pod {self.key}",
                     field=f"resources[{self.gpu_resource}]",
                 )
-            return GpuRequest(1, _mig_milli(self.mig_profile, gpu), self.mig_profile)
+            return GpuRequest(1, mig_milli(mig_slices(self.mig_profile, gpu) or 1), self.mig_profile)
         if replicas <= 1 and self.gpu_resource == GPU_RESOURCE:
             return GpuRequest(self.gpu_count)
         replicas = max(1, replicas)
-        total = MILLI * self.gpu_count // replicas
+        total = replicas_milli(self.gpu_count, replicas)
         if total < MILLI:
             return GpuRequest(1, max(1, total))
         if total % MILLI:
@@ -410,15 +411,6 @@ def _str_map(value: Any, fld: str, source: str) -> dict[str, str]:
             raise InputError(f"expected a string, got {v!r}", source=source, field=f"{fld}[{k}]")
         out[str(k)] = v
     return out
-
-
-def _mig_milli(profile: str, gpu: str | None) -> int:
-    p = gpu_model(gpu).mig_profile(profile) if gpu else None
-    if p is not None:
-        return p.milli
-    m = re.match(r"(\d+)g\.", profile)
-    slices = min(MIG_COMPUTE_SLICES, max(1, int(m[1]))) if m else 1
-    return round(MILLI * slices / MIG_COMPUTE_SLICES)
 
 
 def _is_gpu(resource: str) -> bool:

@@ -12,8 +12,9 @@ from sqlalchemy.orm import Session
 
 from gpufleet.control.proposals.common import Actor
 from gpufleet.errors import InputError, NotFoundError
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.models import BudgetRow, JobRow, ProposalRow
+from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.wire import PROPOSAL_PARAMS, PROPOSAL_TARGETS
 
 JOB_SHAPE_ACTIONS = frozenset({"resize", "change_gpu_type", "move_to_spot"})

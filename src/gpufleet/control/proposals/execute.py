@@ -46,9 +46,10 @@ from gpufleet.control.proposals.wire import proposal_out
 from gpufleet.cost.rules import PricingRules
 from gpufleet.errors import GpufleetError, PermissionDeniedError, StoreError
 from gpufleet.model.job import JobState
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import ProposalRow
+from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.wire import PROPOSAL_TARGETS, ProposalOut, Role
 
 

@@ -20,8 +20,9 @@ from gpufleet.cost.budget_model import Budget, Throttle
 from gpufleet.errors import InputError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.model.job import JobState
-from gpufleet.store import budgets_repo, repo
+from gpufleet.store import repo
 from gpufleet.store.models import BudgetRow, JobRow
+from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.wire import (
     PROPOSAL_PARAMS,
     PROPOSAL_TARGETS,

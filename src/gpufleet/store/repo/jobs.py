@@ -288,3 +288,23 @@ def jobs_by_id(
     if teams is not None:
         q = q.where(JobRow.team.in_(list(teams)))
     return {r.id: r for r in s.scalars(q)}
+
+
+def find_job(s: Session, id: str) -> JobRow | None:
+    """Job ``id``, or None (a plain SELECT: unlike :func:`get_job`, it neither raises nor refreshes
+    a row this session already holds)."""
+    return s.scalar(select(JobRow).where(JobRow.id == id))
+
+
+def job_state(s: Session, id: str) -> str | None:
+    return s.scalar(select(JobRow.state).where(JobRow.id == id))
+
+
+def job_ended_at(s: Session, id: str) -> float | None:
+    return s.scalar(select(JobRow.ended_at).where(JobRow.id == id))
+
+
+def add_job_note(s: Session, job_id: str, *, time: float, state: str, reason: str) -> None:
+    """Record an event about job ``job_id`` that keeps its state (``old`` = ``new`` = ``state``):
+    something worth saying that is no transition, so nothing that replays states is affected."""
+    s.add(JobEventRow(job_id=job_id, time=time, old=state, new=state, reason=reason))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.errors import NotFoundError
@@ -108,3 +108,15 @@ def gpu_capacity(s: Session) -> int:
     """GPUs on nodes that are not removed."""
     total = s.scalar(select(func.coalesce(func.sum(NodeRow.gpu_count), 0)).where(NodeRow.state != "removed"))
     return int(total or 0)
+
+
+def node_intervals_between(s: Session, start: float, end: float) -> list[tuple[NodeIntervalRow, str | None]]:
+    """The node intervals that overlap ``[start, end)``, each with its node's sharing mode (None:
+    the node has no row), by node, then start."""
+    q = (
+        select(NodeIntervalRow, NodeRow.sharing)
+        .join(NodeRow, NodeRow.name == NodeIntervalRow.node, isouter=True)
+        .where(NodeIntervalRow.start < end, or_(NodeIntervalRow.end.is_(None), NodeIntervalRow.end > start))
+        .order_by(NodeIntervalRow.node, NodeIntervalRow.start)
+    )
+    return [(iv, sharing) for iv, sharing in s.execute(q)]

@@ -101,7 +101,7 @@ def open_pods(s: Session) -> list[OpenPod]:
                     node=node_name,
                     gpu_model=node.gpu_model,
                     capacity_type=node.capacity_type,
-                    gpu_share_units=pod_share_units(job, node.gpu_model) * len(pods),
+                    gpu_share_units=pod_share_units(job, node.gpu_model, node.labels) * len(pods),
                     cpu_milli=job.cpu_milli * len(pods),
                     memory_mib=job.memory_mib * len(pods),
                     gpus=tuple(gpus),

@@ -16,6 +16,7 @@ from gpufleet.cost.ledger import SHARE_UNITS, Ledger, LedgerError, NodeInterval,
 from gpufleet.cost.opencost import POD_JOB_LABEL
 from gpufleet.errors import InputError
 from gpufleet.model.node import CapacityType
+from gpufleet.model.share import requested_replicas
 from gpufleet.store.convert import pod_share_units
 from gpufleet.store.models import JobRow, NodeIntervalRow, NodeRow, RunRow, UsageSegmentRow
 from gpufleet.store.repo.pods import is_local, pod_name
@@ -187,10 +188,13 @@ def load_ledger(
         .where(RunRow.ended_at.is_(None), RunRow.started_at.is_not(None), RunRow.started_at < end)
         .order_by(RunRow.job_id, RunRow.run)
     )
-    for run, job in s.execute(open_q):
+    node_labels: dict[str, Any] | None = None  # read once an open run's share depends on its node's
+    for run, job in s.execute(open_q).all():
         assert run.started_at is not None
         if now <= run.started_at:
             continue
+        if node_labels is None and requested_replicas(job.labels or {}) is not None:
+            node_labels = {name: labels or {} for name, labels in s.execute(select(NodeRow.name, NodeRow.labels))}
         per_node: dict[str, int] = defaultdict(int)
         for pod in run.placement or [{"node": run.node}]:
             per_node[str(pod.get("node", run.node))] += 1
@@ -204,7 +208,7 @@ def load_ledger(
                     experiment=job.experiment,
                     labels=labels_of(job.labels, job.id),
                     node=node_name,
-                    share_units=_open_share(job, n),
+                    share_units=_open_share(job, n, (node_labels or {}).get(node_name, {})),
                     cpu_milli=job.cpu_milli * n,
                     memory_mib=job.memory_mib * n,
                     start=run.started_at,
@@ -249,8 +253,8 @@ def _node_intervals(s: Session, start: float, end: float, now: float, ledger: Le
     return intervals
 
 
-def _open_share(job: JobRow, pods: int) -> Callable[[str], int]:
-    return lambda model: pod_share_units(job, model) * pods
+def _open_share(job: JobRow, pods: int, node_labels: dict[str, Any]) -> Callable[[str], int]:
+    return lambda model: pod_share_units(job, model, node_labels) * pods
 
 
 def _add_clipped(ledger: Ledger, intervals: Iterable[NodeInterval], rec: _Seg, ws: float, we: float) -> None:

@@ -117,3 +117,8 @@ def quotas_by_team(s: Session, teams: Sequence[str] | None = None) -> dict[str, 
     for team, model, milli in s.execute(q):
         out[team][model] = milli
     return dict(out)
+
+
+def find_team(s: Session, name: str) -> Team | None:
+    """Team ``name``, or None (``Session.get``: a team this session holds is not read again)."""
+    return s.get(Team, name)

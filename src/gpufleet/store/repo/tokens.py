@@ -6,7 +6,7 @@ import hashlib
 import secrets
 from typing import Final
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.errors import InputError, NotFoundError
@@ -14,7 +14,7 @@ from gpufleet.store.models import Token
 from gpufleet.store.repo._common import _random_id
 from gpufleet.store.repo.teams import ensure_team
 
-ROLES: Final = frozenset({"admin", "member", "viewer"})
+ROLES: Final = frozenset({"admin", "member", "viewer", "metrics"})
 
 
 def hash_secret(secret: str) -> str:
@@ -93,3 +93,25 @@ def revoke_token(s: Session, id: str, now: float) -> Token:
         token.revoked_at = now
         s.flush()
     return token
+
+
+def find_token(s: Session, id: str) -> Token | None:
+    """Token ``id``, or None (``Session.get``: a token this session holds is not read again)."""
+    return s.get(Token, id)
+
+
+def live_token_ids(s: Session, role: str, now: float) -> list[str]:
+    """Ids of the unrevoked, unexpired tokens of ``role``, by id; on PostgreSQL their rows are locked
+    (``FOR UPDATE``) until the transaction ends."""
+    q = (
+        select(Token.id)
+        .where(
+            Token.role == role,
+            Token.revoked_at.is_(None),
+            or_(Token.expires_at.is_(None), Token.expires_at > now),
+        )
+        .order_by(Token.id)
+    )
+    if s.get_bind().dialect.name == "postgresql":
+        q = q.with_for_update()
+    return list(s.scalars(q))

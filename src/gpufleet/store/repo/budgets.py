@@ -1,22 +1,4 @@
-"""Budgets in the store (persistence only): CRUD, exactly-once alerts, the notification outbox, and
-the rows budget evaluation reads. What a scope spent, what a job is expected to cost and whether a
-budget covers a job are decided in :mod:`gpufleet.control.budgets` (with :mod:`gpufleet.cost`).
-
-Like :mod:`gpufleet.store.repo`, every function takes the session and never commits: the caller
-decides what is atomic.
-
-Concurrency contracts:
-
-- ``insert_alert`` fires a threshold once per budget and period, whoever evaluates: one
-  ``INSERT ... ON CONFLICT DO NOTHING`` on the unique (budget, period, threshold); only the winner
-  inserts the alert's outbox rows (in the same transaction), so notifications are queued once.
-- ``lock_budgets`` serializes the block check of a submission with the insert of the job, per
-  budget: ``SELECT ... FOR UPDATE`` on the budget rows (in id order, so two submitters never wait
-  on each other crosswise) on PostgreSQL; on SQLite the write transaction already holds the single
-  write lock (``BEGIN IMMEDIATE`` and :class:`~gpufleet.store.db.Database`'s writer lock).
-- ``claim_notification`` is a compare-and-set on ``(status, attempts)``: of several dispatchers
-  only one gets to attempt a given delivery at a time.
-"""
+"""Persists budgets, their exactly-once alerts and notification outbox, and the rows evaluation reads."""
 
 from __future__ import annotations
 
@@ -40,8 +22,8 @@ from gpufleet.cost.budget_status import (
 )
 from gpufleet.cost.periods import Period, iso
 from gpufleet.errors import ConflictError, NotFoundError
-from gpufleet.store import repo
 from gpufleet.store.models import BudgetAlertRow, BudgetRow, JobRow, NotificationRow, RunRow
+from gpufleet.store.repo._common import _insert
 
 # Jobs whose cost is still to come: queued (not yet metered at all) or holding resources (metered
 # so far by the ledger, the rest estimated).
@@ -254,7 +236,7 @@ def _insert_once(
 ) -> BudgetAlertRow | None:
     """Insert an alert row unless its (budget, period start, threshold) is taken (None then); the
     winner queues ``payload`` to each of the budget's channels in the same transaction."""
-    stmt = repo._insert(s)(BudgetAlertRow).on_conflict_do_nothing(  # type: ignore[attr-defined]
+    stmt = _insert(s)(BudgetAlertRow).on_conflict_do_nothing(  # type: ignore[attr-defined]
         index_elements=["budget_id", "period_start", "threshold"]
     )
     alert_id = s.execute(stmt.returning(BudgetAlertRow.id), dict(values)).scalar_one_or_none()
@@ -262,7 +244,7 @@ def _insert_once(
         return None
     if payload is not None and budget.channels:
         s.execute(
-            repo._insert(s)(NotificationRow),
+            _insert(s)(NotificationRow),
             [
                 {
                     "alert_id": alert_id,
