@@ -81,7 +81,7 @@ def make_api(tmp_path: Path, url: str | None = None, **ctx_args: Any) -> Iterato
     secrets, ids = {}, {}
     with db.session() as s:
         for who, (team, role) in PRINCIPALS.items():
-            token, secret = repo.create_token(s, team=team, role=role, name=who, now=T0)
+            token, secret = repo.create_token(s, team=team, role=role, name=who, now=T0, owner=who)  # people
             secrets[who], ids[who] = secret, token.id
     logs = tmp_path / "logs"
     logs.mkdir()

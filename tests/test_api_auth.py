@@ -14,7 +14,6 @@ from gpufleet.api.app import create_app
 from gpufleet.api.context import ApiContext
 from gpufleet.cost.budget_model import make_budget
 from gpufleet.store import repo
-from gpufleet.store.models import Token
 from gpufleet.store.repo import budgets as budgets_repo
 from tests.api_support import T0, Api, make_api
 
@@ -82,13 +81,7 @@ EXPECTED.update(
 
 @pytest.fixture
 def api(tmp_path: Path, db_url: str) -> Iterator[Api]:
-    for a in make_api(tmp_path, db_url):
-        with a.db.session() as s:  # each caller a person of their own (approving a proposal needs an owner)
-            for who, token_id in a.token_ids.items():
-                row = s.get(Token, token_id)
-                assert row is not None
-                row.owner = who
-        yield a
+    yield from make_api(tmp_path, db_url)  # each caller a person of their own (approving needs an owner)
 
 
 def headers(api: Api, caller: str) -> dict[str, str]:

@@ -22,9 +22,7 @@ import json
 import os
 import pwd
 import secrets
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +35,8 @@ from sqlalchemy.engine import make_url
 
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobRow
+from tests import accounts as accounts_support
+from tests.accounts import useradd, userdel
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -133,22 +133,6 @@ time.sleep(600)
 # -- accounts and the server -----------------------------------------------------------------------
 
 
-def _useradd(name: str) -> None:
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
-        check=True,
-        capture_output=True,
-    )
-
-
-def _userdel(name: str) -> None:
-    subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-    for _ in range(50):
-        if subprocess.run(["userdel", name], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def accounts() -> Iterator[dict[str, pwd.struct_passwd]]:
     """Two throwaway Unix accounts, one per team (removed afterwards, with their processes)."""
@@ -159,21 +143,19 @@ def accounts() -> Iterator[dict[str, pwd.struct_passwd]]:
     made = []
     try:
         for name in names.values():
-            _useradd(name)
+            useradd(name)
             made.append(name)
         yield {team: pwd.getpwnam(name) for team, name in names.items()}
     finally:
         for name in made:
-            _userdel(name)
+            userdel(name)
 
 
 @pytest.fixture
 def job_root() -> Iterator[Path]:
     """Where jobs' folders live: outside the server's 0700 home, passable by the job accounts."""
-    root = Path(tempfile.mkdtemp(prefix="gpufleet-jobs-", dir="/tmp"))
-    root.chmod(0o711)
-    yield root
-    subprocess.run(["rm", "-rf", str(root)], check=False)
+    with accounts_support.job_root() as root:
+        yield root
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -14,14 +14,12 @@ this host has a writable one) and with the cgroup path switched off, the fallbac
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,8 +31,9 @@ from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.base import BackendEvent, EventKind, LaunchRequest, RecoveredState
 from gpufleet.backends.local import LocalBackend, _Watch, kill_stale
 from gpufleet.control.settings import Settings, load_settings
+from tests import accounts as accounts_support
+from tests.accounts import IS_ROOT, useradd, userdel
 
-IS_ROOT = os.geteuid() == 0
 PY = "/usr/bin/python3"  # jobs run as other accounts, which cannot read a venv under /root
 NODE = "n1"
 SHARED = AccountPolicy(jobs_as_server=False)  # jobs only as their own accounts
@@ -69,49 +68,24 @@ def _cgroup_root(mode: str) -> Path | None:
 # -- accounts, folders, backends ------------------------------------------------------------------
 
 
-def _uid_pids(uid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    out.append(int(entry))
-            except OSError:
-                pass
-    return out
-
-
 @pytest.fixture
 def account() -> Iterator[pwd.struct_passwd]:
     """A throwaway Unix account (removed afterwards, its processes killed by pid)."""
     if not IS_ROOT:
         pytest.skip("real Unix accounts need root")
     name = f"gfc{secrets.token_hex(3)}"
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
-        check=True,
-        capture_output=True,
-    )
-    pw = pwd.getpwnam(name)
+    useradd(name)
     try:
-        yield pw
+        yield pwd.getpwnam(name)
     finally:
-        for _ in range(50):
-            for pid in _uid_pids(pw.pw_uid):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            if subprocess.run(["userdel", name], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
+        userdel(name)
 
 
 @pytest.fixture
 def job_root() -> Iterator[Path]:
     """Jobs' folders: outside root's 0700 pytest folders, passable by the job accounts."""
-    root = Path(tempfile.mkdtemp(prefix="gpufleet-jobs-", dir="/tmp"))
-    root.chmod(0o711)
-    yield root
-    subprocess.run(["rm", "-rf", str(root)], check=False)
+    with accounts_support.job_root() as root:
+        yield root
 
 
 @pytest.fixture

@@ -108,7 +108,10 @@ SQL_METHODS = frozenset({"execute", "scalars", "scalar", "query", "exec_driver_s
 # Pairs the ranks allow but the design does not: the store persists rows and converts them to
 # model objects (rank 0); it never runs engine code (the loop is a client of the store through
 # control/, never the other way round).
-NEVER_IMPORTS: dict[str, frozenset[str]] = {"store": frozenset({"loop"})}
+NEVER_IMPORTS: dict[str, frozenset[str]] = {
+    "store": frozenset({"loop"}),
+    "backends": frozenset({"loop"}),  # a world reports to the loop through backends.base (rank 3) only
+}
 
 # -- no queries outside store/ --------------------------------------------------------------------
 #
@@ -399,3 +402,32 @@ def test_the_scanner_sees_violations() -> None:
     assert [w for _, w in _sqla_imports(queries)] == ["sqlalchemy", "sqlalchemy.func", "sqlalchemy.orm.aliased"]
     assert sorted(w for _, w in _store_calls(queries)) == ["JobEventRow", "get"]
     assert {"Team", "JobEventRow", "Token"} <= STORE_MODELS
+
+
+# -- one home for a MIG profile's name --------------------------------------------------------------
+#
+# A MIG profile (``1g.10gb``) is parsed in gpufleet.model.share only; elsewhere a regex that needs one
+# is built from its MIG_PROFILE_PATTERN. A regex literal holding the slice syntax ``g\.`` anywhere else
+# is a second home.
+MIG_REGEX_HOME = "model/share.py"
+MIG_REGEX_ALLOWED = {
+    # the API's request schema: what a client may ask for (1-7 slices, no +me), published in the
+    # OpenAPI document as the field's pattern; model.share parses every name gpufleet meets
+    "wire.py",
+}
+
+
+def _mig_regex_literals() -> list[str]:
+    found = []
+    for rel, tree, _lines in _files(*{k.split(".")[0] for k in RANKS}):
+        if rel == MIG_REGEX_HOME or rel in MIG_REGEX_ALLOWED:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "g\\." in node.value:
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_a_mig_profile_is_parsed_in_one_place() -> None:
+    found = _mig_regex_literals()
+    assert not found, "MIG profile regexes outside model/share.py (use MIG_PROFILE_PATTERN):\n" + "\n".join(found)

@@ -56,6 +56,9 @@ def _setup(api: Api) -> None:
     with api.db.session() as s:
         token, secret = repo.create_token(s, team="alpha", role="member", name="agent", now=T0)
         api.secrets["agent"], api.token_ids["agent"] = secret, token.id
+        for who, team, role in (("old-alice", "alpha", "member"), ("old-admin", "ops", "admin")):  # made before owners
+            token, secret = repo.create_token(s, team=team, role=role, name=who, now=T0)
+            api.secrets[who], api.token_ids[who] = secret, token.id
     for who, team, role, owner in (
         ("alice-1", "alpha", "member", "alice"),
         ("alice-2", "alpha", "member", "Alice"),  # the same person, however it is spelt
@@ -163,9 +166,9 @@ def test_a_token_without_an_owner_cannot_approve(api: Api) -> None:
     target = api.submit("alice", gpus=2)["id"]
     p = propose(api, "agent", "resize", target, {"gpus": 1})
     assert p["proposed_by_owner"] is None
-    doc = problem(approve(api, "alice", p["id"]), 403, "owner_required")
+    doc = problem(approve(api, "old-alice", p["id"]), 403, "owner_required")
     assert "owner" in doc["detail"]
-    problem(approve(api, "admin", p["id"]), 403, "owner_required")
+    problem(approve(api, "old-admin", p["id"]), 403, "owner_required")
     assert state(api, p["id"]) == "pending"
     out = approve(api, "alice-1", p["id"]).json()
     assert out["state"] == "executed" and out["decided_by_owner"] == "alice"

@@ -42,7 +42,6 @@ from gpufleet.store.models import (
     QuotaRow,
     RunRow,
     Team,
-    Token,
 )
 from tests.api_support import T0, Api, fields, make_api, problem
 from tests.budget_support import NODE, add_node, add_spend
@@ -71,10 +70,6 @@ def _setup(api: Api) -> None:
     have no owner (approval by person: tests/test_proposal_approval.py)."""
     add_node(api.db, T0 - 10 * 3600)
     with api.db.session() as s:
-        for who, token_id in api.token_ids.items():
-            row = s.get(Token, token_id)
-            assert row is not None
-            row.owner = who
         token, secret = repo.create_token(s, team="alpha", role="member", name="agent", now=T0)
         api.secrets["agent"], api.token_ids["agent"] = secret, token.id
         token, secret = repo.create_token(s, team="ops", role="admin", name="admin-agent", now=T0)

@@ -719,15 +719,20 @@ class LocalBackend:
     def _unrecorded_event(self, job_id: str, run: int, run_dir: Path) -> BackendEvent:
         """The shim said (by its exit code) that the run ended but it could write its end nowhere:
         FAILED, not LOST, so that a run that ran to its end is not started again."""
+        why = "the run ended, but its shim could not record how (is the state folder's file system full?)"
+        return self._unrecorded_end(EventKind.FAILED, job_id, run, run_dir, why)
+
+    def _unrecorded_end(self, kind: EventKind, job_id: str, run: int, run_dir: Path, reason: str) -> BackendEvent:
+        """A run whose end no status file holds: what is left of it is killed, and it ends now."""
         kill_stale(run_dir)
         info = shim.read_json(run_dir / shim.PID) or {}
         now = time.time()
         return BackendEvent(
-            kind=EventKind.FAILED,
+            kind=kind,
             time=now,
             job_id=job_id,
             run=run,
-            reason="the run ended, but its shim could not record how (is the state folder's file system full?)",
+            reason=reason,
             started_at=info.get("started_at"),
             ended_at=now,
             node=self.node_name,
@@ -749,19 +754,8 @@ class LocalBackend:
         )
 
     def _lost_event(self, job_id: str, run: int, run_dir: Path) -> BackendEvent:
-        kill_stale(run_dir)
-        info = shim.read_json(run_dir / shim.PID) or {}
-        now = time.time()
-        return BackendEvent(
-            kind=EventKind.LOST,
-            time=now,
-            job_id=job_id,
-            run=run,
-            reason="the run's shim vanished without recording an exit",
-            started_at=info.get("started_at"),
-            ended_at=now,
-            node=self.node_name,
-        )
+        why = "the run's shim vanished without recording an exit"
+        return self._unrecorded_end(EventKind.LOST, job_id, run, run_dir, why)
 
     def recover(self, job_id: str, run: int) -> Recovered:
         """What became of a run while no server watched it (called by a restarted server).

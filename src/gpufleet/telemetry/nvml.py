@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from gpufleet.model.gpu import GPU_MODELS, MIG_MEMORY_SLICES
+from gpufleet.model.share import MIG_PROFILE_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ T = TypeVar("T")
 
 _VENDOR_PREFIXES = ("NVIDIA", "TESLA", "GEFORCE", "QUADRO")
 _MEM_TOKEN = re.compile(r"^(\d+)GB$", re.IGNORECASE)
-_MIG_PROFILE_IN_NAME = re.compile(r"\bMIG\s+(\d+g\.\d+gb)\b", re.IGNORECASE)
+_MIG_PROFILE_IN_NAME = re.compile(rf"\bMIG\s+({MIG_PROFILE_PATTERN})\b", re.IGNORECASE)
 MEMORY_TOLERANCE = 0.10  # NVML reports a little less than the marketing size (81559 MiB on an "80GB")
 
 

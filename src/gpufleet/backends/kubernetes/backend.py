@@ -12,9 +12,9 @@ What it does with the contract's verbs (:mod:`gpufleet.backends.base`):
 - :meth:`poll` — reports ended runs from their pods (container start and end times as the kubelet
   recorded them, so the ledger meters the container's own run time), node changes (added, removed,
   spot notices from the disruption taints) as ``NODE_*`` events, and binds waiting pods;
-- :meth:`stop` — evicts the run's pods through the Eviction API with the job's grace (SIGTERM →
-  checkpoint → SIGKILL by the kubelet) and deletes the Job so no replacement pod is made; the run
-  ends ``STOPPED`` when its pods are gone;
+- :meth:`stop` — deletes the run's Job (its pods orphaned, so the Job controller cannot replace one),
+  then evicts the pods through the Eviction API with the job's grace (SIGTERM → checkpoint → SIGKILL
+  by the kubelet); the run ends ``STOPPED`` when its pods are gone;
 - :meth:`recover` — finds a run by its Job after a restart (adopts running pods).
 
 Reads use the API's JSON (``_preload_content=False``) so the translation modules see plain dicts;
@@ -272,6 +272,13 @@ class KubernetesBackend:
         r.stopping = reason or "stopped"
         from kubernetes.client.exceptions import ApiException
 
+        if r.job:  # the Job first (its pods orphaned): its controller cannot replace a pod evicted below
+            try:
+                self.batch.delete_namespaced_job(r.job, r.namespace, propagation_policy="Orphan")
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("deleting Job %s/%s: %s %s", r.namespace, r.job, e.status, e.reason)
+        # (adopted pods: their own controller decides about replacements)
         for pod in self._run_pods(r):
             if pod.terminal:
                 continue
@@ -285,13 +292,6 @@ class KubernetesBackend:
             except ApiException as e:
                 if e.status != 404:
                     log.warning("evicting pod %s: %s %s", pod.key, e.status, e.reason)
-        if not r.job:
-            return  # adopted pods: their own controller decides about replacements
-        try:  # no replacement pods: the Job controller would make one for an evicted pod
-            self.batch.delete_namespaced_job(r.job, r.namespace, propagation_policy="Orphan")
-        except ApiException as e:
-            if e.status != 404:
-                log.warning("deleting Job %s/%s: %s %s", r.namespace, r.job, e.status, e.reason)
 
     def _run_pods(self, r: _Run, pods: list[PodFacts] | None = None) -> list[PodFacts]:
         pods = self._pods() if pods is None else pods
