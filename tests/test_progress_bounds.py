@@ -198,7 +198,7 @@ def test_a_well_behaved_job_keeps_every_report(world: World) -> None:
 
 # -- end to end: a real server, one job floods, another team's jobs must still start at once -------
 
-FLOOD_S = 30.0
+FLOOD_S = 15.0  # the figures in the README were measured with 30 s; the bound holds from the first seconds
 FLOODER = f"""
 import os, time
 path = os.environ["GPUFLEET_PROGRESS_FILE"]
