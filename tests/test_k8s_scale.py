@@ -69,6 +69,7 @@ from gpufleet.cost.ledger import SHARE_UNITS
 from gpufleet.io.catalog import load_catalog
 from gpufleet.loop.metering import share_units
 from gpufleet.model.quota import Quota
+from gpufleet.model.share import ADOPTED_LABEL
 from gpufleet.scheduling.profile import Profile
 from gpufleet.scheduling.quota import QuotaPolicy
 from gpufleet.scheduling.usage import UsageTracker
@@ -142,7 +143,7 @@ ENV_ANNOTATIONS = {
     "KWOK_EXIT_CODE": EXIT_CODE_ANNOTATION,
     "KWOK_CHECKPOINT_S": CHECKPOINT_ANNOTATION,
 }
-LABEL_ADOPTED = "gpufleet.io/adopted-owner"
+LABEL_ADOPTED = ADOPTED_LABEL
 
 
 # -- the workload -----------------------------------------------------------------------------------

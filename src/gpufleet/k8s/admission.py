@@ -54,7 +54,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gpufleet.backends.kubernetes.nodes import GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_GPU_RESOURCE
+from gpufleet.backends.kubernetes.nodes import (
+    GF_GPU_REPLICAS,
+    GF_GPU_RESOURCE,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    SHARED_GPU_RESOURCE,
+)
 from gpufleet.backends.kubernetes.pods import ANNOTATION_COST_LIMIT, PodFacts, pod_facts
 from gpufleet.cost.budget_model import Scope
 from gpufleet.errors import InputError
@@ -68,8 +74,8 @@ ANNOTATION_ESTIMATED_RUNTIME: Final = "gpufleet.io/estimated-runtime"
 PRIORITY_CLASS_PREFIX: Final = "gpufleet-"
 DEFAULT_CLASS: Final = "normal"  # gpufleet-normal is the cluster's global default (gpufleet k8s policies)
 # node labels the Kubernetes backend stores (gpufleet.backends.kubernetes.nodes.GF_GPU_*)
-NODE_GPU_RESOURCE_LABEL: Final = "gpufleet.io/gpu-resource"
-NODE_GPU_REPLICAS_LABEL: Final = "gpufleet.io/gpu-replicas"
+NODE_GPU_RESOURCE_LABEL: Final = GF_GPU_RESOURCE
+NODE_GPU_REPLICAS_LABEL: Final = GF_GPU_REPLICAS
 WARNING_MAX: Final = 256  # the API server may truncate longer warnings
 OPERATIONS: Final = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 

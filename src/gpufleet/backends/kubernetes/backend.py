@@ -57,6 +57,7 @@ from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.model.gpu import gpu_model
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import Node, NodePool
+from gpufleet.model.share import ADOPTED_LABEL, NODE_REPLICAS_LABEL
 
 if TYPE_CHECKING:
     from gpufleet.backends.kubernetes.provisioner import KarpenterProvisioner
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 
 LABEL_JOB_ID = "gpufleet.io/job-id"
 LABEL_RUN = "gpufleet.io/run"
-LABEL_ADOPTED = "gpufleet.io/adopted-owner"  # a job adopted from pods created by others (control.k8s_adopt)
+LABEL_ADOPTED = ADOPTED_LABEL  # a job adopted from pods created by others (control.k8s_adopt)
 DEFAULT_IMAGE = "python:3.11-slim"
 
 
@@ -198,7 +199,7 @@ class KubernetesBackend:
         gpu = GpuRequest(len(first.gpus), first.milli) if first.gpus else GpuRequest()
         if first.gpus and first.mig_mask:  # a MIG slice: its profile, from the slice's mask on the node's model
             gpu = GpuRequest(1, first.milli, _mig_profile(node, first.mig_mask, first.milli, req.job_id))
-        replicas = int((node.labels if node else {}).get("gpufleet.io/gpu-replicas", "1") or 1)
+        replicas = int((node.labels if node else {}).get(NODE_REPLICAS_LABEL, "1") or 1)
         resource = (node.labels if node else {}).get("gpufleet.io/gpu-resource")
         image = req.image or self.options.default_image
         body = batch_job(
@@ -472,7 +473,7 @@ class KubernetesBackend:
             if pod.terminal or not pod.gpu_count or pod.node is None:
                 continue
             node = self._nodes.get(pod.node)
-            replicas = int((node.labels if node else {}).get("gpufleet.io/gpu-replicas", "1") or 1)
+            replicas = int((node.labels if node else {}).get(NODE_REPLICAS_LABEL, "1") or 1)
             whole = 1 if pod.mig_profile else -(-pod.gpu_count // max(1, replicas))
             out[pod.node] = out.get(pod.node, 0) + whole
         return out
