@@ -231,7 +231,10 @@ def test_stdio_tools_answer_with_the_members_token(fleet: Fleet, tmp_path: Path)
             assert plan["forecast_usd"] == check.job_cost_usd == pytest.approx(4 * NODE_USD, abs=0.01)
             assert plan["tightest_budget"] == "alpha-watch" and not plan["fits"]
             line = next(b for b in check.budgets if b.name == "alpha-watch")
-            assert plan["over_by_usd"] == pytest.approx(check.job_cost_usd - line.remaining_usd, abs=1e-6)
+            # over by = forecast - what was left, at the tool's own check; the test's check is a moment
+            # later, when the running jobs have spent a little more (a cent on a slow machine)
+            assert plan["over_by_usd"] == pytest.approx(plan["forecast_usd"] - plan["remaining_usd"], abs=1e-6)
+            assert plan["remaining_usd"] == pytest.approx(line.remaining_usd, abs=0.05)
             kinds = {o["kind"]: o for o in plan["options"]}
             assert {"fewer_gpus", "shorter", "cheaper_gpu", "spot"} <= set(kinds)
             assert kinds["fewer_gpus"]["fits"] and kinds["shorter"]["fits"] and not kinds["shorter"]["projection"]
