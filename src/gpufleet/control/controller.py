@@ -24,16 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from gpufleet.backends.base import Backend, BackendEvent, EventKind, RecoveredState, read_job_file
+from gpufleet.backends.base import Backend, BackendEvent, EventKind, RecoveredState
 from gpufleet.clock import Clock, WallClock
 from gpufleet.control.budgets import BudgetService
 from gpufleet.control.leader import FileLeadership, Leadership, PgLeadership
+from gpufleet.control.progress_files import (
+    PROGRESS_READ_LIMIT,
+    ProgressRead,
+    pick_progress,
+    progress_lines,
+)
 from gpufleet.control.sqlstate import QUOTA_REFRESH_S, SqlState
 from gpufleet.cost.catalog import PriceCatalog
-from gpufleet.cost.forecast import MAX_PROGRESS_LINE_BYTES, ProgressReport, parse_progress_line
-from gpufleet.errors import GpufleetError, InputError
+from gpufleet.cost.forecast import MAX_PROGRESS_LINE_BYTES, ProgressReport
+from gpufleet.errors import GpufleetError
 from gpufleet.io.catalog import load_catalog
 from gpufleet.loop.budgets import BudgetTick, Overrun
 from gpufleet.loop.world import ActiveRun, LoopConfig, WorldLoop
@@ -50,7 +54,6 @@ from gpufleet.scheduling.snapshot import ClusterSnapshot
 from gpufleet.store import repo
 from gpufleet.store.convert import job_from_row
 from gpufleet.store.db import Database
-from gpufleet.wire import ProgressIn
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +61,6 @@ ACTIVE = ("ADMITTED", "RUNNING")
 QUEUE_PUBLISH_INTERVAL_S = 1.0
 HEARTBEAT_INTERVAL_S = 1.0
 MIN_STEP_GAP_S = 0.05
-PROGRESS_READ_LIMIT = 1024 * 1024  # bytes of a job's progress file read per look (the newest, if more wait)
-PROGRESS_NEWEST_TRIES = 16  # lines looked back from a look's last for the newest valid report
 MIN_CYCLE_GAP_S = 0.05  # least time between two cycles triggered by changes
 CYCLE_COST_FACTOR = 5.0  # ... and at least this many times the last cycle's duration
 
@@ -83,45 +84,6 @@ class ControllerConfig:
     progress_rows_per_look: int = 100
     progress_rows_per_s: float = 10.0
     progress_burst: int = 100
-
-
-@dataclass(slots=True)
-class ProgressRead:
-    """What the controller knows of one run's progress file, and what it let through."""
-
-    offset: int  # bytes consumed
-    tokens: float  # the run's token bucket: rows it may still store now ...
-    refilled: float  # ... as of this time
-    seen: float | None = None  # the newest report stored (its time): older ones are not stored again
-    known: bool = False  # seen has been read from the store (once per run: a restart re-reads the file)
-    midline: bool = False  # offset is inside a line (an over-long one, or a skipped backlog)
-    pending: ProgressReport | None = None  # the newest report, waiting for a token
-    stored: int = 0  # rows stored
-    thinned: int = 0  # lines dropped by the limits (rows a look, rows a second)
-    skipped: int = 0  # bytes of backlog left unread (more than a read behind)
-    ignored: int = 0  # lines ignored: too long, not a report, or over the API's limits
-    first_error: str = ""  # why the first ignored line was
-    told_thinned: bool = False  # the job event saying so is written once per run ...
-    told_ignored: bool = False  # ... and this one too
-
-    def note_ignored(self, why: str) -> None:
-        self.ignored += 1
-        if not self.first_error:
-            self.first_error = why[:500]
-
-
-def _progress_report(raw: bytes, source: str) -> ProgressReport:
-    """One line of a progress file as a report, within the limits the API puts on the same report
-    (:class:`~gpufleet.wire.ProgressIn`: at most 32 metrics, names of at most 63 printable
-    characters, steps up to 1e15); :class:`InputError` naming the field otherwise."""
-    r = parse_progress_line(raw.decode(errors="replace"), source=source)
-    try:
-        ProgressIn(step=r.step, total_steps=r.total_steps, metrics=dict(r.metrics))
-    except ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise InputError(f"{err['msg']} (as for POST /v1/jobs/{{id}}/progress)", source=source, field=where) from None
-    return r
 
 
 @dataclass(slots=True)
@@ -584,7 +546,7 @@ class Controller:
             st = self._progress[(job_id, ar.run)] = ProgressRead(0, float(cfg.progress_burst), now)
         st.tokens = min(float(cfg.progress_burst), st.tokens + max(0.0, now - st.refilled) * cfg.progress_rows_per_s)
         st.refilled = now
-        lines = self._progress_lines(st, path)
+        lines = progress_lines(st, path)
         if (lines or st.pending is not None) and not st.known:
             with self.db.session(readonly=True) as s:
                 st.seen = repo.latest_progress_time(s, job_id)
@@ -592,7 +554,7 @@ class Controller:
         budget = min(cfg.progress_rows_per_look, int(st.tokens))
         if ending:  # the run's last look stores its newest report, token or not
             budget = max(budget, 1)
-        fresh = self._pick_progress(st, lines, budget, str(path))
+        fresh = pick_progress(st, lines, budget, str(path))
         st.tokens -= len(fresh)
         st.stored += len(fresh)
         if fresh:
@@ -618,95 +580,6 @@ class Controller:
             log.warning("job %s run %d: %s", job_id, ar.run, why)
             events.append((job_id, state, why))
         return fresh
-
-    @staticmethod
-    def _progress_lines(st: ProgressRead, path: Path) -> list[bytes]:
-        """The whole, non-blank lines of ``path`` past ``st.offset``, at most
-        ``PROGRESS_READ_LIMIT`` bytes of them (the newest: a larger backlog is skipped). Lines
-        longer than ``MAX_PROGRESS_LINE_BYTES`` are dropped (counted as ignored); the offset moves
-        past everything returned or dropped, so nothing is read twice."""
-        try:
-            size = os.lstat(path).st_size  # a hint only: read_job_file checks what it opens
-        except OSError:
-            return []
-        if size < st.offset:  # truncated or replaced: read from the start (stored reports are skipped by time)
-            st.offset, st.midline = 0, False
-        offset, limit = st.offset, PROGRESS_READ_LIMIT
-        if size - offset > limit:  # more than a read behind: read the newest, skip the backlog
-            st.skipped += size - limit - offset
-            # from the byte before the newest read: the first line is whole if that byte ends a line
-            offset, limit, st.midline = size - limit - 1, limit + 1, True
-        # the job owns the file: no link is followed, at most PROGRESS_READ_LIMIT bytes per look
-        chunk = read_job_file(path, offset, limit)
-        if not chunk:
-            return []
-        begin = 0
-        if st.midline:  # inside a line: drop it up to its end
-            nl = chunk.find(b"\n")
-            if nl < 0:
-                st.offset = offset + len(chunk)
-                return []
-            begin, st.midline = nl + 1, False
-        end = max(begin, chunk.rfind(b"\n") + 1)
-        if len(chunk) - end > MAX_PROGRESS_LINE_BYTES:  # the line being written is already too long
-            st.note_ignored(f"a line longer than {MAX_PROGRESS_LINE_BYTES} bytes")
-            st.offset, st.midline = offset + len(chunk), True
-        else:
-            st.offset = offset + end  # a partial last line is read again when whole
-        lines = []
-        for raw in chunk[begin:end].split(b"\n"):
-            if len(raw) > MAX_PROGRESS_LINE_BYTES:
-                st.note_ignored(f"a line longer than {MAX_PROGRESS_LINE_BYTES} bytes")
-            elif raw.strip():
-                lines.append(raw)
-        return lines
-
-    @staticmethod
-    def _pick_progress(st: ProgressRead, lines: list[bytes], budget: int, source: str) -> list[ProgressReport]:
-        """The fresh reports (newer than ``st.seen``) to store of a look's ``lines``, at most
-        ``budget``, in time order: the newest valid one (or, if none, the one waiting in
-        ``st.pending``) and others evenly spread before it. With no budget the newest waits in
-        ``st.pending`` for the next look that has one. Lines are parsed only if picked."""
-
-        def report(i: int) -> ProgressReport | None:
-            try:
-                return _progress_report(lines[i], source)
-            except InputError as e:
-                st.note_ignored(str(e))
-                return None
-
-        def fresh(r: ProgressReport | None) -> bool:
-            return r is not None and (st.seen is None or r.time > st.seen)
-
-        n = len(lines)
-        newest: ProgressReport | None = None
-        rest = n  # lines[:rest] are not looked at yet
-        while newest is None and rest > max(0, n - PROGRESS_NEWEST_TRIES):
-            rest -= 1
-            newest = report(rest)
-        if not fresh(newest):  # older than what is stored: so are the lines before it
-            newest = None
-        picks: list[ProgressReport] = []
-        if newest is not None:
-            if st.pending is not None:  # superseded by a newer report
-                st.thinned += 1
-            st.pending = None
-            if budget < 1:
-                st.pending = newest
-            else:
-                picks.append(newest)
-        elif st.pending is not None and budget >= 1:
-            picks.append(st.pending)
-            st.pending = None
-        room = max(0, budget - len(picks))
-        chosen = range(rest) if rest <= room else [(j * rest) // room for j in range(room)]
-        st.thinned += rest - len(chosen)
-        for i in chosen:
-            r = report(i)
-            if r is not None and fresh(r):
-                picks.append(r)
-        picks.sort(key=lambda r: r.time)
-        return picks
 
     def _telemetry(self) -> None:
         try:
