@@ -42,8 +42,9 @@ class Through(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-        r = self.client.request(request.method, request.url.raw_path.decode("ascii"), headers=headers,
-                                content=request.read())
+        r = self.client.request(
+            request.method, request.url.raw_path.decode("ascii"), headers=headers, content=request.read()
+        )
         return httpx.Response(r.status_code, headers=list(r.headers.items()), content=r.content)
 
 

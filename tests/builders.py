@@ -86,8 +86,14 @@ class ClusterBuilder:
     ) -> ClusterBuilder:
         self.nodes.append(
             Node(
-                name=name, gpu_model=model, gpu_count=gpus, cpu_milli=cpu, memory_mib=mem, pool=pool,
-                capacity_type=CapacityType.SPOT if spot else CapacityType.ON_DEMAND, hourly_price_usd=price,
+                name=name,
+                gpu_model=model,
+                gpu_count=gpus,
+                cpu_milli=cpu,
+                memory_mib=mem,
+                pool=pool,
+                capacity_type=CapacityType.SPOT if spot else CapacityType.ON_DEMAND,
+                hourly_price_usd=price,
                 sharing=sharing,
             )
         )

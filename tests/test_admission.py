@@ -70,13 +70,25 @@ FEASIBILITY = [
     Feas("gpu memory", [n("a", "L4", 4)], [], spec(min_gpu_memory_gib=40), False, "40 GiB"),
     Feas("cpu", [n("a", cpu=8_000)], [], spec(cpu_milli=16_000), False, "16000 milli-CPU (most: 8000)"),
     Feas("memory", [n("a", mem=1_000)], [], spec(memory_mib=2_000), False, "2000 MiB"),
-    Feas("a fraction needs a shared gpu", [n("a", sharing=SharingMode.EXCLUSIVE)], [], spec(milli=500), False,
-         "shares GPUs"),
+    Feas(
+        "a fraction needs a shared gpu",
+        [n("a", sharing=SharingMode.EXCLUSIVE)],
+        [],
+        spec(milli=500),
+        False,
+        "shares GPUs",
+    ),
     Feas("mig needs a mig node", [n("a")], [], spec(mig="1g.10gb"), False, "MIG slices '1g.10gb'"),
     Feas("mig node with the profile", [n("a", sharing=SharingMode.MIG)], [], spec(mig="1g.10gb"), True),
     Feas("whole gpus on a mig node only", [n("a", sharing=SharingMode.MIG)], [], spec(gpus=1), False, "MIG mode"),
-    Feas("spot only for non-preemptible", [n("a", capacity_type=CapacityType.SPOT)], [], spec(), False,
-         "may not run on spot"),
+    Feas(
+        "spot only for non-preemptible",
+        [n("a", capacity_type=CapacityType.SPOT)],
+        [],
+        spec(),
+        False,
+        "may not run on spot",
+    ),
     Feas("spot for preemptible", [n("a", capacity_type=CapacityType.SPOT)], [], spec(preemptible=True), True),
     Feas("spot pool for preemptible", [], [SPOT_POOL], spec(preemptible=True), True),
     Feas("cpu-only job on a gpu node", [n("a")], [], spec(gpus=0, cpu_milli=1_000), True),
@@ -114,7 +126,7 @@ def test_the_cycle_admits_a_job_a_pool_can_hold() -> None:
 
 
 def test_submit_path_refuses_only_when_nodes_are_known() -> None:
-    from gpufleet.control.submit import check_fits
+    from gpufleet.services.submit import check_fits
 
     fields = {"gpus": 16, "gpu_milli": 1000, "gpu_types": [], "cpu_milli": 0, "memory_mib": 0}
     check_fits(fields, [])  # no node registered yet: nothing to judge by
@@ -167,12 +179,24 @@ if "test-recorder" not in ADMISSION_CHECKS:
 
 ORDER_CASES = [
     # name, admission list, jobs (id, gpus), expected recorder calls
-    ("recorder after feasibility skips the infeasible job", ["feasibility", "test-recorder"],
-     [("ok", 1), ("huge", 64)], [("test-recorder", "ok")]),
-    ("recorder first sees every job", ["test-recorder", "feasibility"],
-     [("ok", 1), ("huge", 64)], [("test-recorder", "ok"), ("test-recorder", "huge")]),
-    ("no checks at all", ["test-recorder"], [("ok", 1), ("huge", 64)],
-     [("test-recorder", "ok"), ("test-recorder", "huge")]),
+    (
+        "recorder after feasibility skips the infeasible job",
+        ["feasibility", "test-recorder"],
+        [("ok", 1), ("huge", 64)],
+        [("test-recorder", "ok")],
+    ),
+    (
+        "recorder first sees every job",
+        ["test-recorder", "feasibility"],
+        [("ok", 1), ("huge", 64)],
+        [("test-recorder", "ok"), ("test-recorder", "huge")],
+    ),
+    (
+        "no checks at all",
+        ["test-recorder"],
+        [("ok", 1), ("huge", 64)],
+        [("test-recorder", "ok"), ("test-recorder", "huge")],
+    ),
 ]
 
 
@@ -260,25 +284,69 @@ def team_limit(team: str, **kw: Any) -> CapacityLimit:
 LIMIT_CASES = [
     # name, nodes (name, gpus, spot), running (id, team, gpus, node), pending (id, team, gpus, preemptible),
     # limits, placed (job → node), waiting (job → part of the reason)
-    ("max_gpus counts what runs", [("od", 8, False)], [("r", "a", 2, "od")],
-     [("a1", "a", 1, False), ("a2", "a", 1, False), ("b1", "b", 1, False)],
-     [team_limit("a", max_gpus=3)], {"a1": "od", "b1": "od"}, {"a2": "3 GPUs at once (2 held"}),
-    ("max_gpus counts what this cycle admitted", [("od", 8, False)], [],
-     [("a1", "a", 2, False), ("a2", "a", 2, False), ("a3", "a", 1, False)],
-     [team_limit("a", max_gpus=3)], {"a1": "od", "a3": "od"}, {"a2": "3 GPUs at once (0 held"}),
-    ("spot only narrows the pod to spot nodes", [("od", 2, False), ("sp", 8, True)], [],
-     [("a1", "a", 1, True), ("b1", "b", 1, False)],
-     [team_limit("a", spot_only=True)], {"a1": "sp", "b1": "od"}, {}),
-    ("without the limit the same job packs on-demand", [("od", 2, False), ("sp", 8, True)], [],
-     [("a1", "a", 1, True), ("b1", "b", 1, False)], [], {"a1": "od", "b1": "od"}, {}),
-    ("spot only holds what may not run on spot", [("od", 8, False), ("sp", 8, True)], [],
-     [("a1", "a", 1, False), ("b1", "b", 1, False)],
-     [team_limit("a", spot_only=True)], {"b1": "od"}, {"a1": "spot capacity only; this job is not preemptible"}),
-    ("spot only with no spot room waits for room", [("od", 8, False), ("sp", 1, True)], [],
-     [("a1", "a", 1, True), ("a2", "a", 1, True)],
-     [team_limit("a", spot_only=True)], {"a1": "sp"}, {"a2": "no node has room"}),
-    ("no limit: nothing changes", [("od", 2, False)], [],
-     [("a1", "a", 1, False), ("a2", "a", 1, False)], [], {"a1": "od", "a2": "od"}, {}),
+    (
+        "max_gpus counts what runs",
+        [("od", 8, False)],
+        [("r", "a", 2, "od")],
+        [("a1", "a", 1, False), ("a2", "a", 1, False), ("b1", "b", 1, False)],
+        [team_limit("a", max_gpus=3)],
+        {"a1": "od", "b1": "od"},
+        {"a2": "3 GPUs at once (2 held"},
+    ),
+    (
+        "max_gpus counts what this cycle admitted",
+        [("od", 8, False)],
+        [],
+        [("a1", "a", 2, False), ("a2", "a", 2, False), ("a3", "a", 1, False)],
+        [team_limit("a", max_gpus=3)],
+        {"a1": "od", "a3": "od"},
+        {"a2": "3 GPUs at once (0 held"},
+    ),
+    (
+        "spot only narrows the pod to spot nodes",
+        [("od", 2, False), ("sp", 8, True)],
+        [],
+        [("a1", "a", 1, True), ("b1", "b", 1, False)],
+        [team_limit("a", spot_only=True)],
+        {"a1": "sp", "b1": "od"},
+        {},
+    ),
+    (
+        "without the limit the same job packs on-demand",
+        [("od", 2, False), ("sp", 8, True)],
+        [],
+        [("a1", "a", 1, True), ("b1", "b", 1, False)],
+        [],
+        {"a1": "od", "b1": "od"},
+        {},
+    ),
+    (
+        "spot only holds what may not run on spot",
+        [("od", 8, False), ("sp", 8, True)],
+        [],
+        [("a1", "a", 1, False), ("b1", "b", 1, False)],
+        [team_limit("a", spot_only=True)],
+        {"b1": "od"},
+        {"a1": "spot capacity only; this job is not preemptible"},
+    ),
+    (
+        "spot only with no spot room waits for room",
+        [("od", 8, False), ("sp", 1, True)],
+        [],
+        [("a1", "a", 1, True), ("a2", "a", 1, True)],
+        [team_limit("a", spot_only=True)],
+        {"a1": "sp"},
+        {"a2": "no node has room"},
+    ),
+    (
+        "no limit: nothing changes",
+        [("od", 2, False)],
+        [],
+        [("a1", "a", 1, False), ("a2", "a", 1, False)],
+        [],
+        {"a1": "od", "a2": "od"},
+        {},
+    ),
 ]
 
 
@@ -360,8 +428,9 @@ def test_priorities_lowered_then_restored_reorder_an_indexed_queue() -> None:
     snap = cluster().add("n1", gpus=1).snapshot()
     sched = load_profile({"queue_sort": "drf", "backfill": "strict"}).build()
     sched.lazy_queue_min = 0
-    queue = [job(f"{t}{i}").team(t).priority("high" if t == "a" else "normal").at(i).build()
-             for i in range(3) for t in "ab"]
+    queue = [
+        job(f"{t}{i}").team(t).priority("high" if t == "a" else "normal").at(i).build() for i in range(3) for t in "ab"
+    ]
     blocker = job("blocker").team("c").build()
     state = ClusterState(snap, [blocker], {})
     d = sched.cycle(state, 0.0)

@@ -76,9 +76,7 @@ def test_cli_budget_show_and_check_print_the_same_phrase(api: Api) -> None:
     add_node(api.db, T0 - 40 * 86400)
     add_spend(api.db, "alpha", 18.55, T0 - 60)
     _budget(api, action="block")
-    st = BudgetStatusOut.model_validate(
-        api.client.get("/v1/budgets/alpha-cap/status", headers=api.h("alice")).json()
-    )
+    st = BudgetStatusOut.model_validate(api.client.get("/v1/budgets/alpha-cap/status", headers=api.h("alice")).json())
     from rich.console import Console
 
     out = Console(width=200, record=True)

@@ -18,11 +18,11 @@ import pytest
 from sqlalchemy import update
 
 from gpufleet.clock import WallClock
-from gpufleet.control.budgets import BudgetService, job_spend
 from gpufleet.cost.forecast import ProgressReport, forecast_job, job_cost_rate
 from gpufleet.cost.ledger import Ledger, NodeInterval, UsageSegment
 from gpufleet.cost.spend import job_costs_usd
 from gpufleet.model.node import CapacityType, Node
+from gpufleet.services.budgets import BudgetService, job_spend
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobRow
@@ -34,8 +34,11 @@ OD = CapacityType.ON_DEMAND
 def _one_gpu_ledger(seconds: float) -> Ledger:
     led = Ledger()
     led.add_node(NodeInterval("box", "box", "A100-80GB", 8, 0, 0, OD, NODE_USD, 0.0, 3600.0))
-    led.append(UsageSegment("j", "t", "", "default", "", {}, "box", "box", "A100-80GB", OD, Fraction(1), 0, 0,
-                            NODE_USD, 0.0, seconds))
+    led.append(
+        UsageSegment(
+            "j", "t", "", "default", "", {}, "box", "box", "A100-80GB", OD, Fraction(1), 0, 0, NODE_USD, 0.0, seconds
+        )
+    )
     return led
 
 
@@ -54,8 +57,12 @@ def test_exact_spend_is_not_the_rounded_cent() -> None:
 
 def test_one_progress_report_is_enough_for_a_forecast() -> None:
     f = forecast_job(
-        "j", [ProgressReport(1060.0, step=50, total_steps=100)], spent_usd=1.0, cost_rate_usd_per_hour=3.6725,
-        now=1060.0, started_at=1000.0,
+        "j",
+        [ProgressReport(1060.0, step=50, total_steps=100)],
+        spent_usd=1.0,
+        cost_rate_usd_per_hour=3.6725,
+        now=1060.0,
+        started_at=1000.0,
     )
     assert f.method == "progress"
     assert f.fraction_done == pytest.approx(0.5)
@@ -75,13 +82,24 @@ def test_a_job_budget_stops_the_job_at_its_limit_not_before(store: Database) -> 
     with store.session() as s:
         repo.upsert_node(s, Node("box", "A100-80GB", 8, 64_000, 512 * 1024), hourly_usd=NODE_USD, now=started - 60)
         row, _ = repo.submit_job(
-            s, {"name": "tiny", "command": ["x"], "gpus": 1}, team="default", submitted_by=None,
-            idempotency_key=None, request_sha256=None, now=started - 1,
+            s,
+            {"name": "tiny", "command": ["x"], "gpus": 1},
+            team="default",
+            submitted_by=None,
+            idempotency_key=None,
+            request_sha256=None,
+            now=started - 1,
         )
         job = row.id
         s.execute(update(JobRow).where(JobRow.id == job).values(budget_usd=0.01))
         repo.open_run(
-            s, job_id=job, run=1, node="box", capacity_type="on-demand", node_hourly_usd=NODE_USD, now=started,
+            s,
+            job_id=job,
+            run=1,
+            node="box",
+            capacity_type="on-demand",
+            node_hourly_usd=NODE_USD,
+            now=started,
             placement=[{"node": "box", "gpus": [0], "milli": 1000, "mig_mask": 0}],
         )
         repo.mark_run_started(s, job, 1, pid=1, started_at=started)

@@ -64,9 +64,7 @@ def _server_history(url: str, *, hourly_usd: float) -> None:
     db.upgrade()
     now = time.time()
     with db.session() as s:
-        repo.upsert_node(
-            s, Node("gpu-box", "A100-80GB", 8, 64_000, 512 * 1024), hourly_usd=hourly_usd, now=now - 7200
-        )
+        repo.upsert_node(s, Node("gpu-box", "A100-80GB", 8, 64_000, 512 * 1024), hourly_usd=hourly_usd, now=now - 7200)
         for i in range(3):
             row, _ = repo.submit_job(
                 s,
@@ -79,12 +77,24 @@ def _server_history(url: str, *, hourly_usd: float) -> None:
             )
             place = [{"node": "gpu-box", "gpus": [i], "milli": 1000, "mig_mask": 0}]
             repo.open_run(
-                s, job_id=row.id, run=1, node="gpu-box", placement=place, capacity_type="on-demand",
-                node_hourly_usd=hourly_usd, now=now - 3500,
+                s,
+                job_id=row.id,
+                run=1,
+                node="gpu-box",
+                placement=place,
+                capacity_type="on-demand",
+                node_hourly_usd=hourly_usd,
+                now=now - 3500,
             )
             repo.mark_run_started(s, row.id, 1, pid=1, started_at=now - 3500)
             repo.end_run(
-                s, row.id, 1, outcome="succeeded", exit_code=0, reason="", started_at=now - 3500,
+                s,
+                row.id,
+                1,
+                outcome="succeeded",
+                exit_code=0,
+                reason="",
+                started_at=now - 3500,
                 ended_at=now - 3500 + 600 * (i + 1),
             )
     db.dispose()

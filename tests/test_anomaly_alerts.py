@@ -15,12 +15,12 @@ import pytest
 from sqlalchemy import update
 
 from gpufleet.clock import SimClock
-from gpufleet.control.budgets import BudgetService
 from gpufleet.cost.budget_model import make_budget
 from gpufleet.cost.budget_status import ANOMALY_THRESHOLD
 from gpufleet.cost.periods import DAY_S, last_complete_day
 from gpufleet.errors import InputError
 from gpufleet.notify.channels import EmailChannel, email_message, pagerduty_payload
+from gpufleet.services.budgets import BudgetService
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobRow

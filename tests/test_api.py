@@ -633,7 +633,7 @@ def test_openapi_lists_every_route_and_model(api: Api) -> None:
 
 
 def test_request_hash_is_canonical() -> None:
-    from gpufleet.control.submit import request_hash
+    from gpufleet.services.submit import request_hash
     from gpufleet.wire import JobSubmit
 
     a = JobSubmit.model_validate({"command": ["x"], "gpus": 1, "labels": {"a": "1", "b": "2"}})
@@ -643,8 +643,8 @@ def test_request_hash_is_canonical() -> None:
 
 
 def test_prepare_submit_without_http() -> None:
-    from gpufleet.control.submit import prepare_submit
     from gpufleet.errors import InputError, PermissionDeniedError
+    from gpufleet.services.submit import prepare_submit
     from gpufleet.wire import JobSubmit, Role
 
     p = prepare_submit(JobSubmit(command=["python", "t.py"], gpu_milli=300), caller_team="t", caller_role=Role.MEMBER)

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpufleet.control.budgets import committed_spend
 from gpufleet.cost.budget_model import Scope
 from gpufleet.cost.periods import period_at
+from gpufleet.services.budgets import committed_spend
 from gpufleet.store.repo import budgets as budgets_repo
 from tests.api_support import T0, Api, make_api
 from tests.budget_support import add_node, add_spend

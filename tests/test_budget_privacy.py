@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from gpufleet.control.budgets import evaluate_budget
 from gpufleet.cost.budget_model import Throttle, make_budget
 from gpufleet.cost.budgets import ThrottleRule, capacity_limits
 from gpufleet.model.job import GpuRequest, Job, JobSpec
 from gpufleet.model.node import Node
 from gpufleet.scheduling.admission import effective_priority
 from gpufleet.scheduling.profile import load_profile
+from gpufleet.services.budgets import evaluate_budget
 from gpufleet.sim.engine import Simulation
 from gpufleet.sim.traces.base import Trace, TraceJob
 from gpufleet.store.repo import budgets as budgets_repo

@@ -30,9 +30,7 @@ def row(
     scope: str = "instance",
     source: str = SRC,
 ) -> str:
-    return ",".join(
-        (provider, region, offering, gpu, gpu_count, memory, on_demand, spot_min, spot_max, scope, source)
-    )
+    return ",".join((provider, region, offering, gpu, gpu_count, memory, on_demand, spot_min, spot_max, scope, source))
 
 
 def write(tmp_path: Path, *rows: str, name: str = "prices.csv") -> Path:
@@ -233,11 +231,19 @@ def test_ragged_row_and_empty_file(tmp_path: Path) -> None:
     ("bad", "field", "message", "spot"),
     [
         # spot above on-demand in some zones: clamp the max
-        (row(on_demand="0.526", spot_min="0.2", spot_max="0.9"), "spot_usd_per_hour_max",
-         "above on-demand", (0.2, 0.526)),
+        (
+            row(on_demand="0.526", spot_min="0.2", spot_max="0.9"),
+            "spot_usd_per_hour_max",
+            "above on-demand",
+            (0.2, 0.526),
+        ),
         # the spot column equal to on-demand: the source's "no spot price"
-        (row(on_demand="0.526", spot_min="0.526", spot_max="0.526"), "spot_usd_per_hour_min",
-         "spot equals on-demand", (None, None)),
+        (
+            row(on_demand="0.526", spot_min="0.526", spot_max="0.526"),
+            "spot_usd_per_hour_min",
+            "spot equals on-demand",
+            (None, None),
+        ),
         # one empty spot cell: use the other bound
         (row(spot_min="", spot_max="0.2"), "spot_usd_per_hour_min", "empty while", (0.2, 0.2)),
         (row(spot_min="0.2", spot_max=""), "spot_usd_per_hour_max", "empty while", (0.2, 0.2)),

@@ -28,10 +28,8 @@ from sqlalchemy.orm import Session
 
 from gpufleet.backends.base import EventKind
 from gpufleet.clock import SimClock
-from gpufleet.control.budgets import BudgetService, check_submission
 from gpufleet.control.controller import Controller, ControllerConfig
 from gpufleet.control.leader import FileLeadership
-from gpufleet.control.server import seed_teams
 from gpufleet.cost.budget_model import Budget, make_budget
 from gpufleet.cost.budget_status import BudgetExceededError
 from gpufleet.cost.spend import job_costs_usd
@@ -39,6 +37,8 @@ from gpufleet.loop.world import WorldLoop
 from gpufleet.model.job import GpuRequest, Job, JobSpec
 from gpufleet.model.node import CapacityType, Node
 from gpufleet.scheduling.profile import Profile, load_profile
+from gpufleet.server.host import seed_teams
+from gpufleet.services.budgets import BudgetService, check_submission
 from gpufleet.sim.backend import SimBackend, SimBackendOptions
 from gpufleet.sim.engine import SimOptions, Simulation, drive, job_id
 from gpufleet.sim.traces.base import Trace, TraceJob

@@ -59,10 +59,20 @@ ORDERING = [
     # name, queue sort, pending jobs (id, team, priority, submit), running (id, team, gpus), free GPUs → placed
     ("fifo takes the oldest", "fifo", [("b", "t2", "high", 5), ("a", "t1", "normal", 1)], [], ["a"]),
     ("priority takes the higher class", "priority", [("a", "t1", "normal", 1), ("b", "t2", "high", 5)], [], ["b"]),
-    ("drf favours the team holding less", "drf", [("a", "t1", "normal", 1), ("b", "t2", "normal", 5)],
-     [("r1", "t1", 4)], ["b"]),
-    ("decayed favours the team that used less", "decayed", [("a", "t1", "normal", 1), ("b", "t2", "normal", 5)],
-     [("r1", "t1", 4)], ["b"]),
+    (
+        "drf favours the team holding less",
+        "drf",
+        [("a", "t1", "normal", 1), ("b", "t2", "normal", 5)],
+        [("r1", "t1", 4)],
+        ["b"],
+    ),
+    (
+        "decayed favours the team that used less",
+        "decayed",
+        [("a", "t1", "normal", 1), ("b", "t2", "normal", 5)],
+        [("r1", "t1", 4)],
+        ["b"],
+    ),
 ]
 
 
@@ -145,10 +155,18 @@ PREEMPTION = [
     ("lower priority preemptible job is preempted", [("low", "low", True, None, 8, 0)], ("high", 4), ["low"]),
     ("non-preemptible jobs are never victims", [("low", "low", False, None, 8, 0)], ("high", 4), []),
     ("equal priority is never preempted", [("n", "high", True, None, 8, 0)], ("high", 4), []),
-    ("fewest victims", [("s1", "low", True, None, 2, 0), ("s2", "low", True, None, 2, 0),
-                        ("big", "low", True, None, 4, 0)], ("high", 4), ["big"]),
-    ("least work lost since checkpoint", [("ckpt", "low", True, 100, 4, 0), ("nockpt", "low", True, None, 4, 0)],
-     ("high", 4), ["ckpt"]),
+    (
+        "fewest victims",
+        [("s1", "low", True, None, 2, 0), ("s2", "low", True, None, 2, 0), ("big", "low", True, None, 4, 0)],
+        ("high", 4),
+        ["big"],
+    ),
+    (
+        "least work lost since checkpoint",
+        [("ckpt", "low", True, 100, 4, 0), ("nockpt", "low", True, None, 4, 0)],
+        ("high", 4),
+        ["ckpt"],
+    ),
 ]
 
 
@@ -172,12 +190,22 @@ EVERY_CLASS = (*GRANT, "high", "urgent")
 # that its team was granted too; a team beyond its quota (or without one) has no such guarantee.
 CROSS_TEAM = [
     # name, victim team's quota (GPUs, None: no quota) and grant, running (id, team, priority), new, victims
-    ("within quota: a class its team may not use takes nothing", (1, GRANT), [("v", "b", "normal")],
-     ("a", "urgent"), []),
+    (
+        "within quota: a class its team may not use takes nothing",
+        (1, GRANT),
+        [("v", "b", "normal")],
+        ("a", "urgent"),
+        [],
+    ),
     ("within quota: a class its team may use too", (1, EVERY_CLASS), [("v", "b", "normal")], ("a", "urgent"), ["v"]),
     ("within quota: never an equal class", (1, EVERY_CLASS), [("v", "b", "urgent")], ("a", "urgent"), []),
-    ("beyond its quota: a borrowed job goes", (1, GRANT), [("v1", "b", "normal"), ("v2", "b", "normal")],
-     ("a", "urgent"), ["v1"]),
+    (
+        "beyond its quota: a borrowed job goes",
+        (1, GRANT),
+        [("v1", "b", "normal"), ("v2", "b", "normal")],
+        ("a", "urgent"),
+        ["v1"],
+    ),
     ("a team without a quota has no guarantee", (None, GRANT), [("v", "b", "normal")], ("a", "urgent"), ["v"]),
     ("its own team's lower class", (1, GRANT), [("v", "a", "normal")], ("a", "urgent"), ["v"]),
 ]

@@ -85,7 +85,7 @@ def test_the_url_file_must_be_the_servers_alone(tmp_path: Path, monkeypatch: pyt
 
 
 def test_a_settings_file_with_the_password_must_be_private(tmp_path: Path) -> None:
-    from gpufleet.control.settings import load_settings
+    from gpufleet.server.settings import load_settings
 
     cfg = tmp_path / "gpufleet.yaml"
     cfg.write_text(f"db: postgresql+psycopg://gpf:{SECRET}@127.0.0.1:1/gpufleet\n")

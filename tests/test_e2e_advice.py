@@ -52,15 +52,18 @@ def test_a_working_hour_of_advice_adds_up(tmp_path: Path) -> None:
             for i in range(16):
                 jobs.append(
                     c.submit(
-                        command=["sleep", "3"], gpus=1, team=TEAMS[i % 3], priority="low", preemptible=True,
-                        name=f"bulk-{i}", estimated_runtime_s=3,
+                        command=["sleep", "3"],
+                        gpus=1,
+                        team=TEAMS[i % 3],
+                        priority="low",
+                        preemptible=True,
+                        name=f"bulk-{i}",
+                        estimated_runtime_s=3,
                     ).id
                 )
             # ... fractions share GPUs ...
             for i in range(12):
-                jobs.append(
-                    c.submit(command=["sleep", "1"], gpu_milli=500, team=TEAMS[i % 3], name=f"frac-{i}").id
-                )
+                jobs.append(c.submit(command=["sleep", "1"], gpu_milli=500, team=TEAMS[i % 3], name=f"frac-{i}").id)
             time.sleep(1.5)
             # ... and urgent jobs preempt the running bulk work
             for i in range(8):

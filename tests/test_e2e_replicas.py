@@ -20,11 +20,7 @@ pytestmark = pytest.mark.slow
 def leaders(db: Database, fresh_s: float = 3.0) -> list[str]:
     with db.session(readonly=True) as s:
         now = time.time()
-        return [
-            r.replica
-            for r in s.scalars(select(ControllerRow))
-            if r.is_leader and now - r.heartbeat_at < fresh_s
-        ]
+        return [r.replica for r in s.scalars(select(ControllerRow)) if r.is_leader and now - r.heartbeat_at < fresh_s]
 
 
 def test_one_leader_and_failover(tmp_path: Path, pg_url: str) -> None:

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.backends.kubernetes.pods import ANNOTATION_COST_LIMIT, ANNOTATION_GANG_SIZE, pod_facts
 from gpufleet.cost.forecast import parse_progress_file
+from gpufleet.k8s.adapter.pods import ANNOTATION_COST_LIMIT, ANNOTATION_GANG_SIZE, pod_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

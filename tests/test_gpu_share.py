@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.backends.kubernetes.backend import LABEL_ADOPTED
-from gpufleet.backends.kubernetes.nodes import GPU_RESOURCE, SHARED_GPU_RESOURCE
-from gpufleet.backends.kubernetes.objects import gpu_resources
-from gpufleet.backends.kubernetes.pods import OwnerRef, PodFacts
 from gpufleet.cost.ledger import gpu_share
+from gpufleet.k8s.adapter.backend import LABEL_ADOPTED
+from gpufleet.k8s.adapter.nodes import GPU_RESOURCE, SHARED_GPU_RESOURCE
+from gpufleet.k8s.adapter.objects import gpu_resources
+from gpufleet.k8s.adapter.pods import OwnerRef, PodFacts
 from gpufleet.loop.metering import run_shares
 from gpufleet.model.gpu import GPU_MODELS, MIG_COMPUTE_SLICES, MILLI, GpuModel, MigProfile
 from gpufleet.model.job import GpuRequest, Job, JobSpec, PodPlacement
@@ -168,7 +168,7 @@ def test_landed_scenarios(req: GpuRequest, job: dict[str, str], node: dict[str, 
 
 
 def test_the_label_keys_are_the_kubernetes_backends() -> None:
-    from gpufleet.backends.kubernetes.nodes import GF_GPU_REPLICAS
+    from gpufleet.k8s.adapter.nodes import GF_GPU_REPLICAS
 
     assert ADOPTED_LABEL == LABEL_ADOPTED and NODE_REPLICAS_LABEL == GF_GPU_REPLICAS
     assert requested_replicas(_adopted(3)) == 3 and requested_replicas({REQUESTED_REPLICAS_LABEL: "3"}) is None

@@ -53,11 +53,11 @@ import yaml
 from typer.testing import CliRunner
 
 from gpufleet.cli.k8s import k8s_app
-from gpufleet.control.server import context_settings
-from gpufleet.control.settings import load_settings
 from gpufleet.k8s.crds import API_VERSION, CRD_NAMES, GROUP, VERSION, crds
 from gpufleet.k8s.policies import ContainerDefaults, policies, teams_from_document
 from gpufleet.sdk import Client
+from gpufleet.server.host import context_settings
+from gpufleet.server.settings import load_settings
 from tests.helm import rbac
 from tests.helm.chart import (
     CHART,

@@ -158,8 +158,10 @@ def test_the_header_timeout_protocol_survives_the_trip_to_worker_processes() -> 
     assert isinstance(again, functools.partial) and again.keywords == {"header_timeout_s": 7.5}
     # A worker unpickles it before it answers the supervisor's health check (5 s): that must not
     # import the whole API (FastAPI, SQLAlchemy...), which takes longer than that on a busy machine.
-    code = "import pickle, sys; pickle.loads(sys.stdin.buffer.read()); print(sorted(m for m in sys.modules " \
-           "if m.split('.')[0] in ('fastapi', 'sqlalchemy', 'starlette')))"
+    code = (
+        "import pickle, sys; pickle.loads(sys.stdin.buffer.read()); print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('fastapi', 'sqlalchemy', 'starlette')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(proto), capture_output=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == b"[]", out
 
@@ -179,8 +181,9 @@ def _running_job(api: Api, who: str = "alice") -> str:
 def _follow_until_it_ends(url: str, job: str, token: str, out: dict[str, Any]) -> None:
     with (
         httpx.Client(base_url=url, timeout=httpx.Timeout(10.0, read=30.0)) as c,
-        c.stream("GET", f"/v1/jobs/{job}/logs", params={"follow": "true"},
-                 headers={"Authorization": f"Bearer {token}"}) as r,
+        c.stream(
+            "GET", f"/v1/jobs/{job}/logs", params={"follow": "true"}, headers={"Authorization": f"Bearer {token}"}
+        ) as r,
     ):
         out["status"] = r.status_code
         out["body"] = b""
@@ -245,8 +248,12 @@ def test_a_revocation_reaches_every_api_worker_at_once(tmp_path: Path) -> None:
 def _revoke_on_every_worker(workers: ServerProcess) -> None:
     admin = {"Authorization": f"Bearer {workers.token}"}
     for _round in range(3):
-        r = httpx.post(workers.url + "/v1/tokens", json={"team": "default", "role": "member", "name": "short"},
-                       headers=admin, timeout=10)
+        r = httpx.post(
+            workers.url + "/v1/tokens",
+            json={"team": "default", "role": "member", "name": "short"},
+            headers=admin,
+            timeout=10,
+        )
         assert r.status_code == 201, r.text
         token, token_id = r.json()["token"], r.json()["id"]
         assert [_fresh_get(workers.url, token) for _ in range(24)] == [200] * 24  # cached by both workers
@@ -317,8 +324,14 @@ def test_mcp_over_http_accepts_only_its_own_origin_by_default() -> None:
         assert post("127.0.0.1:8471", "http://127.0.0.1:8471") == 200
         assert post("localhost:8471", "http://localhost:8471") == 200
         # a page served from another local port (or a rebound DNS name) is refused
-        for origin in ("http://127.0.0.1:8080", "http://localhost:3000", "http://[::1]:9", "https://127.0.0.1:8471",
-                       "http://evil.example:8471", "null"):
+        for origin in (
+            "http://127.0.0.1:8080",
+            "http://localhost:3000",
+            "http://[::1]:9",
+            "https://127.0.0.1:8471",
+            "http://evil.example:8471",
+            "null",
+        ):
             assert post("127.0.0.1:8471", origin) == 403, origin
         assert post("127.0.0.1:9999", None) == 421  # a Host naming another port
         assert post("evil.example:8471", None) == 421  # DNS rebinding: a foreign name for this address
@@ -332,8 +345,12 @@ def test_mcp_over_http_accepts_configured_origins_exactly() -> None:
     for bind in ("127.0.0.1", "0.0.0.0"):
         with _mcp(http_app(settings, bind, 8471)) as post:
             assert post("127.0.0.1:8471", "https://console.example.com") == 200
-            for origin in ("https://console.example.com:8443", "http://console.example.com",
-                           "https://console.example.com.evil.example", "http://127.0.0.1:8080"):
+            for origin in (
+                "https://console.example.com:8443",
+                "http://console.example.com",
+                "https://console.example.com.evil.example",
+                "http://127.0.0.1:8080",
+            ):
                 assert post("127.0.0.1:8471", origin) == 403, (bind, origin)
     with pytest.raises(ValueError, match="origin"):
         AgentSettings("http://127.0.0.1:1", "http", allowed_origins=("http://127.0.0.1:*",))
@@ -345,10 +362,19 @@ def test_mcp_over_http_accepts_configured_origins_exactly() -> None:
 def test_gpufleet_mcp_over_http_refuses_another_local_port(tmp_path: Path) -> None:
     pytest.importorskip("mcp")
     port = free_port()
-    env = {"GPUFLEET_URL": "http://127.0.0.1:1", "GPUFLEET_HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
-           "GPUFLEET_MCP_ALLOWED_ORIGINS": "https://console.example.com"}
-    proc = subprocess.Popen([sys.executable, "-m", "gpufleet", "mcp", "--transport", "http", "--port", str(port)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = {
+        "GPUFLEET_URL": "http://127.0.0.1:1",
+        "GPUFLEET_HOME": str(tmp_path),
+        "PATH": "/usr/bin:/bin",
+        "GPUFLEET_MCP_ALLOWED_ORIGINS": "https://console.example.com",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet", "mcp", "--transport", "http", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         deadline = time.monotonic() + 30
@@ -362,8 +388,12 @@ def test_gpufleet_mcp_over_http_refuses_another_local_port(tmp_path: Path) -> No
                 time.sleep(0.1)
 
         def post(origin: str) -> int:
-            return httpx.post(url, content=json.dumps(INIT), timeout=10,
-                              headers={**MCP_HEADERS, "Content-Type": "application/json", "Origin": origin}).status_code
+            return httpx.post(
+                url,
+                content=json.dumps(INIT),
+                timeout=10,
+                headers={**MCP_HEADERS, "Content-Type": "application/json", "Origin": origin},
+            ).status_code
 
         assert post(f"http://127.0.0.1:{free_port()}") == 403
         assert post(f"http://127.0.0.1:{port}") == 200

@@ -155,8 +155,23 @@ def _fake(batch: int, precision: str, throughput: float, accuracy: float, p99: f
     from gpufleet.experiments.inference.pricing import cpu_price
 
     return Measurement(
-        "cpu", "test CPU", None, batch, precision, 1, 1.0, 10, int(throughput), throughput, 0.5, p99, 0.5,  # type: ignore[arg-type]
-        accuracy, 1.0, 1.0, cpu_price(1),
+        "cpu",
+        "test CPU",
+        None,
+        batch,
+        precision,
+        1,
+        1.0,
+        10,
+        int(throughput),
+        throughput,
+        0.5,
+        p99,
+        0.5,  # type: ignore[arg-type]
+        accuracy,
+        1.0,
+        1.0,
+        cpu_price(1),
     )
 
 
@@ -203,8 +218,20 @@ def test_json_shape(result: InferenceResult) -> None:
     assert doc["device"]["kind"] == "cpu" and doc["environment"]["cuda_available"] in (True, False)
     assert doc["model"]["test_examples"] == 450 and doc["model"]["parameters"] > 100_000
     row = doc["grid"][0]
-    for key in ("device", "batch", "precision", "throughput_per_s", "p50_ms", "p99_ms", "accuracy", "usd_per_1k",
-                "usd_per_hour", "price_source", "cpu_fraction", "agreement_with_fp32"):
+    for key in (
+        "device",
+        "batch",
+        "precision",
+        "throughput_per_s",
+        "p50_ms",
+        "p99_ms",
+        "accuracy",
+        "usd_per_1k",
+        "usd_per_hour",
+        "price_source",
+        "cpu_fraction",
+        "agreement_with_fp32",
+    ):
         assert key in row, key
     steps = doc["scenario"]["steps"]
     assert [s["kind"] for s in steps] == ["measured", "measured", "skipped", "measured", "projected", "projected"]
@@ -261,8 +288,25 @@ def test_cli_json_and_out(tmp_path: Path) -> None:
 
     res = CliRunner().invoke(
         app,
-        ["experiment", "inference", "--device", "cpu", "--batch", "1,8", "--precision", "fp32,int8", "--duration",
-         "0.1", "--epochs", "4", "--project-gpu", "T4", "--json", "--out", str(tmp_path)],
+        [
+            "experiment",
+            "inference",
+            "--device",
+            "cpu",
+            "--batch",
+            "1,8",
+            "--precision",
+            "fp32,int8",
+            "--duration",
+            "0.1",
+            "--epochs",
+            "4",
+            "--project-gpu",
+            "T4",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ],
         prog_name="gpufleet",
     )
     assert res.exit_code == 0, res.output
@@ -298,8 +342,9 @@ def test_training_is_deterministic() -> None:
 
     data = load_dataset(3)
     a, b = train(3, epochs=1, data=data), train(3, epochs=1, data=data)
-    assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values(),
-                                                 strict=True))
+    assert all(
+        torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values(), strict=True)
+    )
     assert (load_dataset(3).y_test == data.y_test).all()
 
 
@@ -337,8 +382,17 @@ def test_sharing_and_scaling_run_on_the_cpu(result: InferenceResult) -> None:
         sh = run_sharing(result.trained, dev, cpu_price(1), batch=8, precision="fp32", duration_s=0.3, pool=pool)
         # a p99 target of 1 s: this checks the harness, not how fast a CPU shared with the whole suite
         # answers (with 25 ms the measured replica can miss it under load, and then nothing is "needed")
-        sg = run_scaling(result.trained, dev, cpu_price(1), service, [rate], measured_replicas=(1,), duration_s=0.5,
-                         pool=pool, slo_ms=1000.0)
+        sg = run_scaling(
+            result.trained,
+            dev,
+            cpu_price(1),
+            service,
+            [rate],
+            measured_replicas=(1,),
+            duration_s=0.5,
+            pool=pool,
+            slo_ms=1000.0,
+        )
     modes = [r.mode for r in sh.runs]
     assert modes[:2] == ["alone", "shared"] and (len(dev.cores) < 2 or modes[2] == "one-each")
     shared = sh.run("shared")

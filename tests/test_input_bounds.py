@@ -114,8 +114,8 @@ def test_body_limit_is_configurable(small_api: Api, case: str, size: int, chunke
 
 
 def test_server_passes_its_body_limit_to_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpufleet.control import server as server_mod
-    from gpufleet.control.settings import Settings
+    from gpufleet.server import host as server_mod
+    from gpufleet.server.settings import Settings
     from gpufleet.store.db import Database
 
     settings = Settings(home=tmp_path, db=f"sqlite:///{tmp_path / 'g.db'}", max_body_bytes=5000)
@@ -208,9 +208,7 @@ CONTROL_SUBMITS: list[tuple[str, dict[str, Any], str]] = [
 
 
 @pytest.mark.parametrize(("case", "patch", "field"), CONTROL_SUBMITS, ids=[c[0] for c in CONTROL_SUBMITS])
-def test_control_characters_and_bad_paths_are_refused(
-    api: Api, case: str, patch: dict[str, Any], field: str
-) -> None:
+def test_control_characters_and_bad_paths_are_refused(api: Api, case: str, patch: dict[str, Any], field: str) -> None:
     body = {"command": ["python", "train.py"], **patch}
     doc = problem(api.client.post("/v1/jobs", json=body, headers=api.h("alice")), 422, "invalid_input")
     assert field in fields(doc), doc
@@ -363,7 +361,7 @@ NOT_UTF8: list[tuple[str, str, bytes, list[str]]] = [
 def test_non_utf8_file_is_one_line_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, name: str, content: bytes, args: list[str]
 ) -> None:
-    from gpufleet.control import server as server_mod
+    from gpufleet.server import host as server_mod
 
     def must_not_start(*_a: object, **_k: object) -> None:
         raise AssertionError("the server started despite a bad settings file")
@@ -383,7 +381,7 @@ def test_non_utf8_file_is_one_line_naming_it(
 def test_pricing_rules_file_not_utf8_fails_up_before_anything_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpufleet.control import server as server_mod
+    from gpufleet.server import host as server_mod
 
     def must_not_start(*_a: object, **_k: object) -> None:
         raise AssertionError("the server started despite a bad pricing rules file")
@@ -441,8 +439,16 @@ JSONL_BOUNDS: list[tuple[str, str, str]] = [
         json.dumps(
             {
                 "kind": "cluster",
-                "pools": [{"name": "p", "gpu_model": "A100", "gpus_per_node": 8, "cpu_milli": 1000,
-                           "memory_mib": 1024, "max_nodes": 10**9}],
+                "pools": [
+                    {
+                        "name": "p",
+                        "gpu_model": "A100",
+                        "gpus_per_node": 8,
+                        "cpu_milli": 1000,
+                        "memory_mib": 1024,
+                        "max_nodes": 10**9,
+                    }
+                ],
             }
         ),
         "pools.0.max_nodes",
@@ -470,15 +476,20 @@ def test_jsonl_at_the_limits_loads() -> None:
 
 
 CLUSTER_BOUNDS: list[tuple[str, dict[str, Any], str]] = [
-    ("node count", {"nodes": [{"count": 10**9, "gpus": 8, "gpu_model": "A100", "cpu": 8, "memory_gib": 64}]},
-     "nodes.0.count"),
+    (
+        "node count",
+        {"nodes": [{"count": 10**9, "gpus": 8, "gpu_model": "A100", "cpu": 8, "memory_gib": 64}]},
+        "nodes.0.count",
+    ),
     ("GPUs per node", {"nodes": [{"gpus": 1000, "gpu_model": "A100", "cpu": 8, "memory_gib": 64}]}, "nodes.0.gpus"),
     ("CPU per node", {"nodes": [{"cpu": 10**7, "memory_gib": 64}]}, "nodes.0.cpu"),
     ("infinite memory", {"nodes": [{"cpu": 8, "memory_gib": float("inf")}]}, "nodes.0.memory_gib"),
-    ("pool max_nodes", {"pools": [{"name": "p", "cpu": 8, "memory_gib": 64, "max_nodes": 10**9}]},
-     "pools.0.max_nodes"),
-    ("provisioning delay", {"pools": [{"name": "p", "cpu": 8, "memory_gib": 64, "provisioning_delay_s": 1e12}]},
-     "pools.0.provisioning_delay_s"),
+    ("pool max_nodes", {"pools": [{"name": "p", "cpu": 8, "memory_gib": 64, "max_nodes": 10**9}]}, "pools.0.max_nodes"),
+    (
+        "provisioning delay",
+        {"pools": [{"name": "p", "cpu": 8, "memory_gib": 64, "provisioning_delay_s": 1e12}]},
+        "pools.0.provisioning_delay_s",
+    ),
     (
         "static plus pools",
         {

@@ -30,7 +30,7 @@ from gpufleet.backends import cgroups, shim
 from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.base import BackendEvent, EventKind, LaunchRequest, RecoveredState
 from gpufleet.backends.local import LocalBackend, _Watch, kill_stale
-from gpufleet.control.settings import Settings, load_settings
+from gpufleet.server.settings import Settings, load_settings
 from tests import accounts as accounts_support
 from tests.accounts import IS_ROOT, useradd, userdel
 

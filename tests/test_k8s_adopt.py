@@ -1,4 +1,4 @@
-"""Adoption of pods people create (:mod:`gpufleet.control.k8s_adopt`) on the Kubernetes test
+"""Adoption of pods people create (:mod:`gpufleet.k8s.adopt`) on the Kubernetes test
 substrate: what GPU shape an adopted job gets from its pods' requests and node selectors.
 
 A replica of a time-sliced GPU is ``1/replicas`` of a GPU for placement and cost: a pod that asks for
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpufleet.control.k8s_adopt import PodAdopter
+from gpufleet.k8s.adopt import PodAdopter
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobRow
@@ -44,10 +44,18 @@ def world(k8s_cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Any, Database,
     core: Any = client.CoreV1Api(api)
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     k8s_cluster.add_gpu_node("a100", gpu_count=8)
-    k8s_cluster.add_gpu_node("l4-ts4", product="NVIDIA-L4", gpu_count=4, gpu_memory_mib=23034, replicas=4,
-                             instance_type="g6.12xlarge")
-    k8s_cluster.add_gpu_node("l4-ts8", product="NVIDIA-L4", gpu_count=4, gpu_memory_mib=23034, replicas=8,
-                             instance_type="g6.12xlarge", labels={"pool": "dense"})
+    k8s_cluster.add_gpu_node(
+        "l4-ts4", product="NVIDIA-L4", gpu_count=4, gpu_memory_mib=23034, replicas=4, instance_type="g6.12xlarge"
+    )
+    k8s_cluster.add_gpu_node(
+        "l4-ts8",
+        product="NVIDIA-L4",
+        gpu_count=4,
+        gpu_memory_mib=23034,
+        replicas=8,
+        instance_type="g6.12xlarge",
+        labels={"pool": "dense"},
+    )
     db = Database(f"sqlite:///{tmp_path / 'store.db'}")
     db.upgrade()
     with db.session() as s:
@@ -64,10 +72,14 @@ SHAPES = {
     "two-replicas-of-8": ({"nvidia.com/gpu": "2"}, {"nvidia.com/gpu.replicas": "8"}, (1, 250)),
     # the selector picks both shared nodes: the smallest replica count (the larger share) is held
     "replica-by-strategy-label": (
-        {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu.sharing-strategy": "time-slicing"}, (1, 250)
+        {"nvidia.com/gpu": "1"},
+        {"nvidia.com/gpu.sharing-strategy": "time-slicing"},
+        (1, 250),
     ),
     "replica-by-strategy-on-one-pool": (
-        {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu.sharing-strategy": "time-slicing", "pool": "dense"}, (1, 125)
+        {"nvidia.com/gpu": "1"},
+        {"nvidia.com/gpu.sharing-strategy": "time-slicing", "pool": "dense"},
+        (1, 125),
     ),
     "renamed-shared-resource": ({"nvidia.com/gpu.shared": "2"}, None, (1, 500)),
     "four-replicas-are-a-gpu": ({"nvidia.com/gpu": "4"}, {"nvidia.com/gpu.replicas": "4"}, (1, 1000)),
@@ -88,9 +100,7 @@ def test_adopted_gpu_shape(world: tuple[Any, Database, PodAdopter], name: str) -
 
 def test_shared_gpus_no_node_offers_are_not_adopted_yet(world: tuple[Any, Database, PodAdopter]) -> None:
     core, db, adopter = world
-    core.create_namespaced_pod(
-        NS, _pod("nowhere", {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu.sharing-strategy": "mps"})
-    )
+    core.create_namespaced_pod(NS, _pod("nowhere", {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu.sharing-strategy": "mps"}))
     stats = adopter.adopt()
     assert (stats.adopted, stats.skipped) == (0, 1)
     with db.session(readonly=True) as s:

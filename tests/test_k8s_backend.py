@@ -16,7 +16,7 @@ import kubernetes.client
 import pytest
 
 from gpufleet.backends.base import BackendEvent, EventKind, LaunchRequest, RecoveredState
-from gpufleet.backends.kubernetes.backend import KubernetesBackend
+from gpufleet.k8s.adapter.backend import KubernetesBackend
 from gpufleet.model.job import PodPlacement
 from tests.k8s.cluster import Cluster
 from tests.k8s.jobcontroller import JobController
@@ -47,7 +47,12 @@ class World:
 
     def request(self, job: str, *nodes: str, run: int = 1) -> LaunchRequest:
         return LaunchRequest(
-            job, run, ["python", "train.py"], tuple(PodPlacement(n, (0,)) for n in nodes), team=NS, grace_s=5,
+            job,
+            run,
+            ["python", "train.py"],
+            tuple(PodPlacement(n, (0,)) for n in nodes),
+            team=NS,
+            grace_s=5,
             image="ghcr.io/acme/train:1.4",
         )
 
@@ -179,8 +184,12 @@ def test_waiting_pods_say_why_for_kubectl_describe_and_karpenter(make_world: Cal
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "waits", "namespace": NS, "labels": {"gpufleet.io/job-id": "jw"},
-                     "annotations": {"gpufleet.io/job-id": "jw"}},
+        "metadata": {
+            "name": "waits",
+            "namespace": NS,
+            "labels": {"gpufleet.io/job-id": "jw"},
+            "annotations": {"gpufleet.io/job-id": "jw"},
+        },
         "spec": {"schedulerName": "gpufleet", "containers": [{"name": "main", "image": "acme/x:1"}]},
     }
     w.core.create_namespaced_pod(NS, pod)
@@ -188,7 +197,9 @@ def test_waiting_pods_say_why_for_kubectl_describe_and_karpenter(make_world: Cal
     (got,) = w.pods("jw")
     cond = next(c for c in got["status"]["conditions"] if c["type"] == "PodScheduled")
     assert (cond["status"], cond["reason"], cond["message"]) == (
-        "False", "Unschedulable", "quota: team alpha is at its 8 GPUs"
+        "False",
+        "Unschedulable",
+        "quota: team alpha is at its 8 GPUs",
     )
     assert w.backend.report_waiting({"jw": "quota: team alpha is at its 8 GPUs"}) == 0  # unchanged: no write
     assert w.backend.report_waiting({"other": "x"}) == 0
@@ -198,7 +209,7 @@ def test_dcgm_exporter_samples_are_attributed_to_the_jobs_of_the_pods(make_world
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from gpufleet.backends.kubernetes.backend import KubernetesOptions
+    from gpufleet.k8s.adapter.backend import KubernetesOptions
 
     w = make_world(duration_s=None)
     w.backend.inventory()
@@ -209,10 +220,10 @@ def test_dcgm_exporter_samples_are_attributed_to_the_jobs_of_the_pods(make_world
         "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
         f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-1",Hostname="gpu-a",pod="{pod["metadata"]["name"]}",'
         f'namespace="{NS}",container="main"}} 87\n'
-        '# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n'
+        "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n"
         f'DCGM_FI_DEV_FB_USED{{gpu="0",UUID="GPU-1",Hostname="gpu-a",pod="{pod["metadata"]["name"]}",'
         f'namespace="{NS}",container="main"}} 30000\n'
-        '# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).\n# TYPE DCGM_FI_DEV_FB_FREE gauge\n'
+        "# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).\n# TYPE DCGM_FI_DEV_FB_FREE gauge\n"
         f'DCGM_FI_DEV_FB_FREE{{gpu="0",UUID="GPU-1",Hostname="gpu-a",pod="{pod["metadata"]["name"]}",'
         f'namespace="{NS}",container="main"}} 51920\n'
     ).encode()
@@ -230,8 +241,9 @@ def test_dcgm_exporter_samples_are_attributed_to_the_jobs_of_the_pods(make_world
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        w.backend.options = KubernetesOptions(dcgm_urls=(f"http://127.0.0.1:{srv.server_address[1]}/metrics",
-                                                         "http://127.0.0.1:1/metrics"))  # the second is down
+        w.backend.options = KubernetesOptions(
+            dcgm_urls=(f"http://127.0.0.1:{srv.server_address[1]}/metrics", "http://127.0.0.1:1/metrics")
+        )  # the second is down
         (g,) = w.backend.telemetry()
         assert (g.node, g.gpu_index, g.utilization_pct) == ("gpu-a", 0, 87.0)
         assert g.job_memory_mib == {"hot": 30000.0} and g.memory_total_mib == pytest.approx(81920.0)
@@ -247,9 +259,10 @@ def test_gpus_held_by_other_schedulers_pods_are_reported(make_world: Callable[..
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "someone-elses", "namespace": NS},
-        "spec": {"nodeName": "gpu-a", "containers": [
-            {"name": "main", "image": "acme/x:1", "resources": {"limits": {"nvidia.com/gpu": "6"}}}
-        ]},
+        "spec": {
+            "nodeName": "gpu-a",
+            "containers": [{"name": "main", "image": "acme/x:1", "resources": {"limits": {"nvidia.com/gpu": "6"}}}],
+        },
     }
     w.core.create_namespaced_pod(NS, other)
     w.backend.launch(w.request("mine", "gpu-b"))

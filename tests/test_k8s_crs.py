@@ -1,4 +1,4 @@
-"""The CostBudget / CostAttribution reconciler (:mod:`gpufleet.control.k8s_resources`) against the
+"""The CostBudget / CostAttribution reconciler (:mod:`gpufleet.k8s.reconcile`) against the
 Kubernetes test substrate (:mod:`tests.k8s`: real HTTP, the status subresource, resourceVersions)
 and gpufleet's API on a SQLite store (:func:`tests.api_support.make_api`), both on one clock.
 
@@ -27,8 +27,8 @@ import yaml
 from kubernetes import client
 from sqlalchemy import update
 
-from gpufleet.control.k8s_resources import OWNER_PREFIX, CrReconciler, ReconcileStats, merge_patch, owner_mark
 from gpufleet.k8s.crds import API_VERSION, GROUP, VERSION, cost_attribution_crd, cost_budget_crd
+from gpufleet.k8s.reconcile import OWNER_PREFIX, CrReconciler, ReconcileStats, merge_patch, owner_mark
 from gpufleet.store.models import JobRow
 from gpufleet.store.repo import budgets as budgets_repo
 from tests.api_support import T0, Api, make_api

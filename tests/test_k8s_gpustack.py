@@ -40,13 +40,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpufleet.backends.kubernetes.nodes import node_info
-from gpufleet.backends.kubernetes.provisioner import INSTANCE_SHAPES, KarpenterProvisioner, allocatable
 from gpufleet.cli.main import app
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.errors import InputError
 from gpufleet.io.catalog import load_catalog
 from gpufleet.k8s import gpustack
+from gpufleet.k8s.adapter.nodes import node_info
+from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES, KarpenterProvisioner, allocatable
 from gpufleet.k8s.schemacheck import problems
 from gpufleet.model.gpu import gpu_model
 from gpufleet.model.node import NodePool, SharingMode

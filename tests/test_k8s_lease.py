@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from gpufleet.backends.kubernetes.lease import LeaseLeadership
+from gpufleet.k8s.adapter.lease import LeaseLeadership
 from tests.k8s.cluster import Cluster
 
 pytest_plugins = ["tests.k8s.fixtures"]
@@ -36,8 +36,9 @@ def api(k8s_cluster: Cluster) -> Any:
 
 
 def _replica(api: Any, name: str, clock: Clock) -> LeaseLeadership:
-    return LeaseLeadership(api, NS, "gpufleet-scheduler", name, lease_duration_s=15, renew_deadline_s=10,
-                           renew_every_s=2, monotonic=clock)
+    return LeaseLeadership(
+        api, NS, "gpufleet-scheduler", name, lease_duration_s=15, renew_deadline_s=10, renew_every_s=2, monotonic=clock
+    )
 
 
 def test_a_renewing_leader_keeps_the_lease(api: Any) -> None:

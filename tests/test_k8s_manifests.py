@@ -1120,7 +1120,7 @@ def test_time_sliced_gpus_multiply_quota_and_limit() -> None:
 
 
 def test_priority_class_names_match_the_kubernetes_backend() -> None:
-    objects = pytest.importorskip("gpufleet.backends.kubernetes.objects")
+    objects = pytest.importorskip("gpufleet.k8s.adapter.objects")
     for c in PRIORITY_CLASSES:
         assert objects.priority_class_name(c) == priority_class_name(c)
 

@@ -25,17 +25,17 @@ import kubernetes.client
 import pytest
 
 from gpufleet.backends.base import BackendEvent, Capability, EventKind, Provisioner
-from gpufleet.backends.kubernetes.backend import KubernetesBackend, KubernetesOptions
-from gpufleet.backends.kubernetes.provisioner import (
+from gpufleet.cost.catalog import PriceCatalog
+from gpufleet.errors import BackendError
+from gpufleet.io.catalog import load_catalog
+from gpufleet.k8s.adapter.backend import KubernetesBackend, KubernetesOptions
+from gpufleet.k8s.adapter.provisioner import (
     INSTANCE_SHAPES,
     LABEL_POOL,
     LABEL_PROVISIONED,
     KarpenterProvisioner,
     allocatable,
 )
-from gpufleet.cost.catalog import PriceCatalog
-from gpufleet.errors import BackendError
-from gpufleet.io.catalog import load_catalog
 from gpufleet.loop.state import LaunchSpec, MemoryState
 from gpufleet.loop.world import LoopConfig, WorldLoop
 from gpufleet.model.job import GpuRequest, Job, JobSpec, PodPlacement
@@ -219,7 +219,7 @@ def test_one_bad_nodepool_never_breaks_pools(fleet: Fleet, caplog: pytest.LogCap
     static["spec"]["replicas"] = 2
     del static["spec"]["disruption"]
     fleet.add_pool(static)
-    with caplog.at_level(logging.INFO, logger="gpufleet.backends.kubernetes.provisioner"):
+    with caplog.at_level(logging.INFO, logger="gpufleet.k8s.adapter.provisioner"):
         names = [p.name for p in fleet.prov.pools()]
     assert len(names) == 5 and not any(n.startswith(("broken", "no-template", "static")) for n in names)
     assert "NodePool broken skipped" in caplog.text and "lots" in caplog.text
@@ -339,8 +339,14 @@ def test_a_node_named_like_its_claim_is_reported_added(fleet: Fleet, backend: Ku
     assert [e.node for e in backend.poll()] == ["gpu-a"]
     (node,) = backend.provision("gpu-train_p5.48xlarge_spot", 1, fleet.clock[0])
     assert backend.poll() == [] and fleet.prov.claims_ready() == []
-    fleet.join(node.name, node.pool, product="NVIDIA-H100-80GB-HBM3", instance_type="p5.48xlarge",
-               capacity_type="spot", ready=False)
+    fleet.join(
+        node.name,
+        node.pool,
+        product="NVIDIA-H100-80GB-HBM3",
+        instance_type="p5.48xlarge",
+        capacity_type="spot",
+        ready=False,
+    )
     assert backend.poll() == [] and fleet.prov.claims_ready() == []  # not Ready yet
     fleet.core.patch_node_status(node.name, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
     events = backend.poll()
@@ -364,9 +370,7 @@ def test_a_claim_that_never_launches_is_reported_removed(fleet: Fleet, backend: 
     assert backend.poll() == []
 
 
-def test_a_node_named_after_its_host_replaces_the_claims_placeholder(
-    fleet: Fleet, backend: KubernetesBackend
-) -> None:
+def test_a_node_named_after_its_host_replaces_the_claims_placeholder(fleet: Fleet, backend: KubernetesBackend) -> None:
     """On AWS the Node is named after the instance's host name, which the claim records."""
     (node,) = backend.provision("gpu-train_p4d.24xlarge_on-demand", 1, fleet.clock[0])
     host = "ip-10-0-17-4.ec2.internal"
@@ -435,7 +439,11 @@ def test_api_errors_are_backend_errors(catalog: PriceCatalog) -> None:
 def test_a_forbidden_answer_is_a_backend_error(fleet: Fleet) -> None:
     with pytest.raises(BackendError, match=r"creating a NodeClaim for pool .*: Kubernetes API 4\d\d"):
         fleet.prov._call(  # the API refuses the body (no spec): as Karpenter's CRD would
-            "creating a NodeClaim for pool x", fleet.custom.create_cluster_custom_object, G, V, "nodeclaims",
+            "creating a NodeClaim for pool x",
+            fleet.custom.create_cluster_custom_object,
+            G,
+            V,
+            "nodeclaims",
             {"apiVersion": f"{G}/{V}", "kind": "NodeClaim", "metadata": {"name": "Bad_Name"}},
         )
 
@@ -447,7 +455,12 @@ class CommandState(MemoryState):
     """The simulator's store, with a command for every run (the server's store has the job's)."""
 
     def bind(
-        self, job: Job, placement: tuple[PodPlacement, ...], node: Node | None, hourly_usd: float, reason: str,
+        self,
+        job: Job,
+        placement: tuple[PodPlacement, ...],
+        node: Node | None,
+        hourly_usd: float,
+        reason: str,
         now: float,
     ) -> LaunchSpec | None:
         spec = super().bind(job, placement, node, hourly_usd, reason, now)
@@ -474,8 +487,13 @@ def test_the_loop_scales_up_through_a_claim_runs_the_job_and_gives_the_idle_node
         backend = KubernetesBackend(f.client, catalog, KubernetesOptions(now=lambda: f.clock[0]), provisioner=f.prov)
         profile = {"autoscaler": {"enabled": True, "wait_threshold_s": 0, "idle_ttl_s": 120}}
         state = CommandState()
-        loop = WorldLoop(state, backend, load_profile(profile).build(), lambda n: n.hourly_price_usd or 0.0,
-                         LoopConfig(autoscale_interval_s=0.2, cycle_interval_s=0.2))
+        loop = WorldLoop(
+            state,
+            backend,
+            load_profile(profile).build(),
+            lambda n: n.hourly_price_usd or 0.0,
+            LoopConfig(autoscale_interval_s=0.2, cycle_interval_s=0.2),
+        )
         events: list[BackendEvent] = []
         real_poll = backend.poll
 
@@ -485,8 +503,14 @@ def test_the_loop_scales_up_through_a_claim_runs_the_job_and_gives_the_idle_node
             return got
 
         backend.poll = poll  # type: ignore[method-assign]
-        spec = JobSpec("train", team="ml", gpu=GpuRequest(8), gpu_types=frozenset({"A100-40GB"}),
-                       preemptible=preemptible, checkpoint_interval_s=600 if preemptible else None)
+        spec = JobSpec(
+            "train",
+            team="ml",
+            gpu=GpuRequest(8),
+            gpu_types=frozenset({"A100-40GB"}),
+            preemptible=preemptible,
+            checkpoint_interval_s=600 if preemptible else None,
+        )
         state.submit(Job("j1", spec, submit_time=f.clock[0]))
 
         offset = [0.0]  # the wall clock (the kubelet's times are real), moved ahead to pass the idle TTL
@@ -509,8 +533,14 @@ def test_the_loop_scales_up_through_a_claim_runs_the_job_and_gives_the_idle_node
         assert ns.ready_at is None and ns.requested_at == asked_at  # billed from now, not ready
         price = f.price("p4d.24xlarge", CapacityType(capacity))
         assert loop.cluster.cost_rate_usd_per_hour() == pytest.approx(price)
-        f.join(name, pool, product="NVIDIA-A100-SXM4-40GB", gpu_memory_mib=40960, instance_type="p4d.24xlarge",
-               capacity_type=capacity)
+        f.join(
+            name,
+            pool,
+            product="NVIDIA-A100-SXM4-40GB",
+            gpu_memory_mib=40960,
+            instance_type="p4d.24xlarge",
+            capacity_type=capacity,
+        )
 
         def until(pred: Callable[[], bool], what: str) -> None:
             deadline = time.monotonic() + 15

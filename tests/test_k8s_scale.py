@@ -2,13 +2,13 @@
 with a real API server's behaviours, a Job controller stand-in, a kubelet stand-in).
 
 The server's world in-process: the :class:`~gpufleet.control.controller.Controller` on its own
-thread with the SQLite store, the :class:`~gpufleet.backends.kubernetes.backend.KubernetesBackend`
-and the :class:`~gpufleet.control.k8s_adopt.PodAdopter` as the leader's periodic duty (what
+thread with the SQLite store, the :class:`~gpufleet.k8s.adapter.backend.KubernetesBackend`
+and the :class:`~gpufleet.k8s.adopt.PodAdopter` as the leader's periodic duty (what
 ``gpufleet up --backend kubernetes`` assembles), on a cluster of ten GPU nodes: four on-demand and
 three spot A100 nodes, two L4 nodes time-sliced four ways, one A100 node in MIG mode. 200 jobs:
 
-- API submissions (the API's own path: :func:`~gpufleet.control.submit.prepare_submit` and
-  :func:`gpufleet.control.jobs.submit`) of four teams with quotas (three in a cohort, borrowing with
+- API submissions (the API's own path: :func:`~gpufleet.services.submit.prepare_submit` and
+  :func:`gpufleet.services.jobs.submit`) of four teams with quotas (three in a cohort, borrowing with
   and without a limit; one with a hard cap), three priorities (low, normal, high), whole GPUs, gangs
   of 2–3 pods, fractions of time-sliced GPUs, MIG slices, preemptible checkpointing jobs, jobs that
   exit non-zero;
@@ -55,24 +55,24 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.backends.kubernetes.backend import KubernetesBackend, KubernetesOptions
-from gpufleet.backends.kubernetes.nodes import node_info
-from gpufleet.backends.kubernetes.objects import job_name
-from gpufleet.backends.kubernetes.pods import PodFacts, pod_facts
-from gpufleet.control import jobs as control_jobs
 from gpufleet.control.controller import Controller, ControllerConfig, Periodic
-from gpufleet.control.k8s_adopt import PodAdopter
 from gpufleet.control.leader import FileLeadership
-from gpufleet.control.submit import prepare_submit
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.ledger import SHARE_UNITS
 from gpufleet.io.catalog import load_catalog
+from gpufleet.k8s.adapter.backend import KubernetesBackend, KubernetesOptions
+from gpufleet.k8s.adapter.nodes import node_info
+from gpufleet.k8s.adapter.objects import job_name
+from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
+from gpufleet.k8s.adopt import PodAdopter
 from gpufleet.loop.metering import share_units
 from gpufleet.model.quota import Quota
 from gpufleet.model.share import ADOPTED_LABEL
 from gpufleet.scheduling.profile import Profile
 from gpufleet.scheduling.quota import QuotaPolicy
 from gpufleet.scheduling.usage import UsageTracker
+from gpufleet.services import jobs as control_jobs
+from gpufleet.services.submit import prepare_submit
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobEventRow, JobRow, RunRow, UsageSegmentRow
@@ -849,7 +849,7 @@ def test_two_hundred_jobs_with_preemption_adoption_and_a_spot_storm(
         whole_on_shared = row.gpu_milli == 1000 and any(r.shapes[n].replicas > 1 for n in units)
         held_whole = LABEL_ADOPTED in (row.labels or {}) and whole_on_shared
         if held_whole:
-            # by design (gpufleet.control.k8s_adopt): an adopted pod asking nvidia.com/gpu: k without
+            # by design (gpufleet.k8s.adopt): an adopted pod asking nvidia.com/gpu: k without
             # selecting shared GPUs is held and metered as k whole GPUs, wherever it lands
             whole: Counter[str] = Counter()
             for q in ran:

@@ -3,7 +3,7 @@ holds on the node it lands on (``k`` replicas of a GPU that node shares ``R`` wa
 the share on the node its selector matched with the fewest replicas.
 
 The pod is adopted on the Kubernetes test substrate (``tests/k8s``), whose nodes are translated as
-the Kubernetes backend translates them (:func:`~gpufleet.backends.kubernetes.nodes.node_info`);
+the Kubernetes backend translates them (:func:`~gpufleet.k8s.adapter.nodes.node_info`);
 the world loop places and meters the job (a simulated backend stands in for the binding, so the
 node it lands on is the test's choice).
 """
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpufleet.backends.kubernetes.nodes import node_info
 from gpufleet.clock import SimClock
-from gpufleet.control.k8s_adopt import PodAdopter
+from gpufleet.k8s.adapter.nodes import node_info
+from gpufleet.k8s.adopt import PodAdopter
 from gpufleet.loop.state import MemoryState
 from gpufleet.loop.world import WorldLoop
 from gpufleet.model.node import Node

@@ -702,9 +702,7 @@ def test_pod_log_before_start_is_a_400_like_the_real_server(core: client.CoreV1A
 
 
 def test_pod_log_has_what_the_container_printed(k8s_cluster: Cluster, core: client.CoreV1Api, node: str) -> None:
-    running_pod(
-        k8s_cluster, core, node, "p1", annotations={DURATION_ANNOTATION: "0.5", LOG_EVERY_ANNOTATION: "0.1"}
-    )
+    running_pod(k8s_cluster, core, node, "p1", annotations={DURATION_ANNOTATION: "0.5", LOG_EVERY_ANNOTATION: "0.1"})
     k8s_cluster.wait_for(lambda: phase(core, "p1") == "Succeeded", what="p1 Succeeded")
     text = core.read_namespaced_pod_log("p1", NS)
     lines = text.splitlines()

@@ -24,8 +24,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gpufleet.backends.kubernetes.dcgm import parse_dcgm
-from gpufleet.backends.kubernetes.nodes import (
+from gpufleet.cost.catalog import PriceCatalog
+from gpufleet.errors import InputError
+from gpufleet.k8s.adapter.dcgm import parse_dcgm
+from gpufleet.k8s.adapter.nodes import (
     NodeInfo,
     gpu_from_product,
     node_from_object,
@@ -36,7 +38,7 @@ from gpufleet.backends.kubernetes.nodes import (
     quantity_milli,
     spot_notice,
 )
-from gpufleet.backends.kubernetes.objects import (
+from gpufleet.k8s.adapter.objects import (
     batch_job,
     binding,
     dns_label,
@@ -48,9 +50,7 @@ from gpufleet.backends.kubernetes.objects import (
     nodepool_offer,
     pod_scheduled_false,
 )
-from gpufleet.backends.kubernetes.pods import PodFacts, group_gangs, pod_facts
-from gpufleet.cost.catalog import PriceCatalog
-from gpufleet.errors import InputError
+from gpufleet.k8s.adapter.pods import PodFacts, group_gangs, pod_facts
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import CapacityType, SharingMode
 from tests.k8s.crdcheck import CRDS, check_cel, validate_builtin, validate_crd

@@ -1,7 +1,7 @@
 """The validating admission webhook (docs/admission-webhook.md) over real HTTPS.
 
 A CA and a server certificate are made with ``cryptography``; the webhook is started as ``gpufleet up``
-starts it (:class:`gpufleet.control.webhook.WebhookServer`, and once as a real ``gpufleet up``) and
+starts it (:class:`gpufleet.k8s.webhook.WebhookServer`, and once as a real ``gpufleet up``) and
 called with httpx verifying against the CA. Every scenario gets a fresh store (SQLite and PostgreSQL,
 ``tests/conftest.py``) holding teams, priced nodes, metered spend and budgets; the AdmissionReviews
 are what the API server sends for Pods and ``batch/v1`` Jobs.
@@ -34,8 +34,6 @@ from cryptography.x509.oid import NameOID
 from sqlalchemy import update
 
 from gpufleet.clock import SimClock
-from gpufleet.control.settings import Settings
-from gpufleet.control.webhook import WebhookServer, start_webhook
 from gpufleet.cost.budget_model import make_budget
 from gpufleet.k8s.admission import (
     NodeKind,
@@ -45,7 +43,9 @@ from gpufleet.k8s.admission import (
     inspect,
     parse_duration,
 )
+from gpufleet.k8s.webhook import WebhookServer, start_webhook
 from gpufleet.model.node import Node, SharingMode
+from gpufleet.server.settings import Settings
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobRow, Team
@@ -89,9 +89,7 @@ def make_tls(folder: Path, *, cn: str = "gpufleet-webhook") -> Tls:
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-        )
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -110,9 +108,7 @@ def make_tls(folder: Path, *, cn: str = "gpufleet-webhook") -> Tls:
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     folder.mkdir(parents=True, exist_ok=True)
@@ -120,9 +116,7 @@ def make_tls(folder: Path, *, cn: str = "gpufleet-webhook") -> Tls:
     tls.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     tls.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     tls.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return tls
 
@@ -557,8 +551,8 @@ def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: Path, tls: 
 
 
 def test_settings_need_a_certificate(tmp_path: Path) -> None:
-    from gpufleet.control.settings import load_settings
     from gpufleet.errors import ConfigError
+    from gpufleet.server.settings import load_settings
 
     with pytest.raises(ConfigError, match=r"webhook\.cert_file and webhook\.key_file"):
         load_settings(home=tmp_path, webhook={"enabled": True})

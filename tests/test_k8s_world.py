@@ -99,8 +99,13 @@ def test_jobs_run_as_bound_pods_are_metered_and_survive_a_leader_kill(
             for team in TEAMS:
                 sdk.set_team(team)
             ids = [
-                sdk.submit(command=["python", "train.py"], gpus=1 + i % 2, team=TEAMS[i % 2], image="acme/train:1",
-                           name=f"j{i}").id
+                sdk.submit(
+                    command=["python", "train.py"],
+                    gpus=1 + i % 2,
+                    team=TEAMS[i % 2],
+                    image="acme/train:1",
+                    name=f"j{i}",
+                ).id
                 for i in range(6)
             ]
             for j in ids:
@@ -124,21 +129,38 @@ def test_jobs_run_as_bound_pods_are_metered_and_survive_a_leader_kill(
             # a workload created on the cluster directly (an indexed Job of 2 pods asking gpufleet to
             # schedule them) is adopted as one gang job, bound, run and accounted like the others
             batch: Any = kubernetes.client.BatchV1Api(core.api_client)
-            batch.create_namespaced_job("beta", {
-                "apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": "external", "namespace": "beta"},
-                "spec": {
-                    "parallelism": 2, "completions": 2, "completionMode": "Indexed", "backoffLimit": 0,
-                    "template": {
-                        "metadata": {"labels": {"team": "beta", "project": "vision"},
-                                     "annotations": {"gpufleet.io/gang-size": "2", "gpufleet.io/cost-limit": "50"}},
-                        "spec": {"schedulerName": "gpufleet", "restartPolicy": "Never",
-                                 "priorityClassName": "gpufleet-high",
-                                 "containers": [{"name": "main", "image": "acme/ray:2",
-                                                 "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+            batch.create_namespaced_job(
+                "beta",
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": "external", "namespace": "beta"},
+                    "spec": {
+                        "parallelism": 2,
+                        "completions": 2,
+                        "completionMode": "Indexed",
+                        "backoffLimit": 0,
+                        "template": {
+                            "metadata": {
+                                "labels": {"team": "beta", "project": "vision"},
+                                "annotations": {"gpufleet.io/gang-size": "2", "gpufleet.io/cost-limit": "50"},
+                            },
+                            "spec": {
+                                "schedulerName": "gpufleet",
+                                "restartPolicy": "Never",
+                                "priorityClassName": "gpufleet-high",
+                                "containers": [
+                                    {
+                                        "name": "main",
+                                        "image": "acme/ray:2",
+                                        "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                                    }
+                                ],
+                            },
+                        },
                     },
                 },
-            })
+            )
             deadline = time.monotonic() + 60
             while True:
                 adopted = [j for j in sdk.list(team="beta", state=None) if j.labels.get("gpufleet.io/adopted-owner")]
@@ -197,8 +219,15 @@ def test_logs_follow_streams_the_pods_log_across_a_preemption(
     try:
         with server.client() as sdk:
             sdk.set_team("alpha")
-            low = sdk.submit(command=["python", "train.py"], gpus=1, team="alpha", name="low", priority="low",
-                             preemptible=True, checkpoint_dir="/ckpt")
+            low = sdk.submit(
+                command=["python", "train.py"],
+                gpus=1,
+                team="alpha",
+                name="low",
+                priority="low",
+                preemptible=True,
+                checkpoint_dir="/ckpt",
+            )
             deadline = time.monotonic() + 90  # a liveness wait: slow on 2 cores shared with the suite
             lines: list[str] = []
             follow = sdk.logs(low.id, follow=True)
@@ -222,8 +251,11 @@ def test_logs_follow_streams_the_pods_log_across_a_preemption(
             # without follow: what the pods still hold (the evicted run's pod is gone with its log)
             whole = "".join(sdk.logs(high.id))
             assert whole.startswith("==> run 1: pod alpha/") and whole.endswith("exit code 0\n")
-            resp = httpx.get(f"{server.url}/v1/jobs/{high.id}/logs", params={"offset": 10**6},
-                             headers={"Authorization": f"Bearer {server.token}"})
+            resp = httpx.get(
+                f"{server.url}/v1/jobs/{high.id}/logs",
+                params={"offset": 10**6},
+                headers={"Authorization": f"Bearer {server.token}"},
+            )
             assert resp.status_code == 416 and "past the end of the log" in resp.json()["detail"]
             # the CLI streams the same text
             out = server.cli("logs", high.id).stdout

@@ -39,10 +39,19 @@ class Job_:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-def node(name: str, gpus: int, cpu_milli: int, memory_mib: int, usd: float, start: float, end: float,
-         model: str = "A100-80GB", pool: str = "default", capacity: CapacityType = OD) -> NodeInterval:
-    return NodeInterval(name, pool, model if gpus else "", gpus, cpu_milli, memory_mib, capacity, usd,
-                        start, end)
+def node(
+    name: str,
+    gpus: int,
+    cpu_milli: int,
+    memory_mib: int,
+    usd: float,
+    start: float,
+    end: float,
+    model: str = "A100-80GB",
+    pool: str = "default",
+    capacity: CapacityType = OD,
+) -> NodeInterval:
+    return NodeInterval(name, pool, model if gpus else "", gpus, cpu_milli, memory_mib, capacity, usd, start, end)
 
 
 def ledger(nodes: list[NodeInterval], jobs: list[Job_]) -> Ledger:
@@ -53,10 +62,26 @@ def ledger(nodes: list[NodeInterval], jobs: list[Job_]) -> Ledger:
         by_name[iv.node] = iv
     for j in jobs:
         iv = by_name[j.node]
-        led.append(UsageSegment(
-            j.job_id, j.team, "", "default", "", j.labels, iv.node, iv.pool, iv.gpu_model, iv.capacity_type,
-            j.share, j.cpu_milli, j.memory_mib, iv.hourly_usd, j.start, j.end,
-        ))
+        led.append(
+            UsageSegment(
+                j.job_id,
+                j.team,
+                "",
+                "default",
+                "",
+                j.labels,
+                iv.node,
+                iv.pool,
+                iv.gpu_model,
+                iv.capacity_type,
+                j.share,
+                j.cpu_milli,
+                j.memory_mib,
+                iv.hourly_usd,
+                j.start,
+                j.end,
+            )
+        )
     return led
 
 
@@ -91,8 +116,9 @@ def test_split_default_unit_prices_are_opencosts() -> None:
     assert sp.usd_per_vcpu_hour == Fraction("0.031611")
     assert sp.usd_per_gib_hour == Fraction("0.004237")
     assert sp.usd_per_gpu_hour == Fraction("10.446664")  # (98.32 - 6.069312 - 8.677376) / 8
-    spot = split_node_price(30.0, gpu_count=8, cpu_milli=192_000, memory_mib=2048 * GIB,
-                            capacity_type=CapacityType.SPOT)
+    spot = split_node_price(
+        30.0, gpu_count=8, cpu_milli=192_000, memory_mib=2048 * GIB, capacity_type=CapacityType.SPOT
+    )
     assert (spot.usd_per_vcpu_hour, spot.usd_per_gib_hour) == (Fraction("0.006655"), Fraction("0.000892"))
 
 
@@ -126,6 +152,7 @@ def test_gpu_share_of_requests() -> None:
 
 T4_NODE = node("t4", 1, 4000, 16 * GIB, 1.0, 0, 3600, model="T4")  # GPU 0.64, CPU 0.20, memory 0.16
 
+
 @dataclass(frozen=True)
 class Scenario:
     nodes: list[NodeInterval]
@@ -145,7 +172,8 @@ SCENARIOS = {
     "mig 1/7": Scenario(
         nodes=[node("a", 1, 8000, 32 * GIB, 4.0, 0, 3600)],
         jobs=[Job_("m1", "a", 0, 3600, Fraction(1, 7), 1000, 4 * GIB, team="x")],
-        window=(0, 3600), spread=False,
+        window=(0, 3600),
+        spread=False,
         rows={("x",): usd("0.47", "0.05", "0.04", "0.56")},
         idle=usd("2.81", "0.35", "0.28", "3.44"),
         totals=usd("3.28", "0.40", "0.32", "4.00"),
@@ -155,9 +183,12 @@ SCENARIOS = {
     # b holds 0.5 GPU, 2 vCPU, 4 GiB for 30 min (0.16+0.05+0.02); idle 0.508 (0.288+0.10+0.12).
     "fractional": Scenario(
         nodes=[T4_NODE],
-        jobs=[Job_("f1", "t4", 0, 3600, Fraction(3, 10), 1000, 2 * GIB, team="a"),
-              Job_("f2", "t4", 0, 1800, Fraction(1, 2), 2000, 4 * GIB, team="b")],
-        window=(0, 3600), spread=False,
+        jobs=[
+            Job_("f1", "t4", 0, 3600, Fraction(3, 10), 1000, 2 * GIB, team="a"),
+            Job_("f2", "t4", 0, 1800, Fraction(1, 2), 2000, 4 * GIB, team="b"),
+        ],
+        window=(0, 3600),
+        spread=False,
         rows={("a",): usd("0.19", "0.05", "0.02", "0.26"), ("b",): usd("0.16", "0.05", "0.02", "0.23")},
         idle=usd("0.29", "0.10", "0.12", "0.51"),
         totals=usd("0.64", "0.20", "0.16", "1.00"),
@@ -167,9 +198,12 @@ SCENARIOS = {
     # CPU 0.10 and memory 0.12 halved. a = 0.529090.. → 0.53, b = 0.470909.. → 0.47.
     "spread idle": Scenario(
         nodes=[T4_NODE],
-        jobs=[Job_("f1", "t4", 0, 3600, Fraction(3, 10), 1000, 2 * GIB, team="a"),
-              Job_("f2", "t4", 0, 1800, Fraction(1, 2), 2000, 4 * GIB, team="b")],
-        window=(0, 3600), spread=True,
+        jobs=[
+            Job_("f1", "t4", 0, 3600, Fraction(3, 10), 1000, 2 * GIB, team="a"),
+            Job_("f2", "t4", 0, 1800, Fraction(1, 2), 2000, 4 * GIB, team="b"),
+        ],
+        window=(0, 3600),
+        spread=True,
         rows={("a",): usd("0.35", "0.10", "0.08", "0.53"), ("b",): usd("0.29", "0.10", "0.08", "0.47")},
         idle=usd("0", "0", "0", "0"),
         totals=usd("0.64", "0.20", "0.16", "1.00"),
@@ -181,7 +215,9 @@ SCENARIOS = {
     "whole gpus": Scenario(
         nodes=[node("h", 8, 192_000, 2048 * GIB, 98.32, 0, 7200, model="H100-80GB")],
         jobs=[Job_("w", "h", 0, 7200, Fraction(2), 24_000, 256 * GIB, team="t")],
-        window=(0, 7200), spread=False, prices=UnitPrices(),
+        window=(0, 7200),
+        spread=False,
+        prices=UnitPrices(),
         rows={("t",): usd("41.78", "1.52", "2.17", "45.47")},
         idle=usd("125.36", "10.62", "15.19", "151.17"),
         totals=usd("167.14", "12.14", "17.36", "196.64"),
@@ -191,9 +227,12 @@ SCENARIOS = {
     # [0, 3600) → 0.5 h in the window = 0.16; b holds 0.5 GPU over [2700, 7200) → 0.75 h = 0.24.
     "window cuts": Scenario(
         nodes=[node("t4", 1, 4000, 16 * GIB, 1.0, 0, 7200, model="T4")],
-        jobs=[Job_("a", "t4", 0, 3600, Fraction(1, 2), team="a"),
-              Job_("b", "t4", 2700, 7200, Fraction(1, 2), team="b")],
-        window=(1800, 5400), spread=False,
+        jobs=[
+            Job_("a", "t4", 0, 3600, Fraction(1, 2), team="a"),
+            Job_("b", "t4", 2700, 7200, Fraction(1, 2), team="b"),
+        ],
+        window=(1800, 5400),
+        spread=False,
         rows={("a",): usd("0.16", "0", "0", "0.16"), ("b",): usd("0.24", "0", "0", "0.24")},
         idle=usd("0.24", "0.20", "0.16", "0.60"),
         totals=usd("0.64", "0.20", "0.16", "1.00"),
@@ -218,8 +257,10 @@ def test_scenario(name: str) -> None:
 def test_cpu_only_node_and_labels() -> None:
     led = ledger(
         [node("c", 0, 4000, 8 * GIB, 0.5, 0, 3600)],
-        [Job_("j1", "c", 0, 3600, cpu_milli=2000, memory_mib=4 * GIB, labels={"exp": "e1"}),
-         Job_("j2", "c", 0, 3600, cpu_milli=1000)],
+        [
+            Job_("j1", "c", 0, 3600, cpu_milli=2000, memory_mib=4 * GIB, labels={"exp": "e1"}),
+            Job_("j2", "c", 0, 3600, cpu_milli=1000),
+        ],
     )
     a = allocate(led, 0, 3600, ("label:exp",), unit_prices=SIMPLE)
     # CPU 5/14 $/h for 4 vCPU, memory 1/7 for 8 GiB: j1 = 5/28 + 1/14 = 0.25, j2 = 5/56 = 0.0892..
@@ -256,8 +297,14 @@ def test_open_segments_and_as_of() -> None:
 def test_open_pod_from_job_and_placement() -> None:
     led = Ledger()
     led.open_node(Node("a", "A100-80GB", 1, 8000, 32 * GIB, pool="mig"), hourly_usd=4.0, start=0)
-    spec = JobSpec("m", team="x", labels={"exp": "e"}, gpu=GpuRequest(count=1, mig_profile="1g.10gb"),
-                   cpu_milli=1000, memory_mib=4 * GIB)
+    spec = JobSpec(
+        "m",
+        team="x",
+        labels={"exp": "e"},
+        gpu=GpuRequest(count=1, mig_profile="1g.10gb"),
+        cpu_milli=1000,
+        memory_mib=4 * GIB,
+    )
     h = led.open_pod(Job("j1", spec, 0.0), PodPlacement("a", (0,), mig_mask=1), start=0)
     seg = led.close(h, 3600)
     assert (seg.gpu_share, seg.team, seg.pool, seg.labels["exp"]) == (Fraction(1, 7), "x", "mig", "e")
@@ -273,8 +320,9 @@ def test_price_change_is_a_new_interval() -> None:
     led.close_node("t4", 7200)
     assert allocate(led, 0, 7200).totals.total_cost_usd == Decimal("3.00")
     with pytest.raises(LedgerError, match="not inside one recorded interval"):
-        led.append(UsageSegment("j", "a", "", "", "", {}, "t4", "default", "T4", OD, Fraction(1), 0, 0, 1.0,
-                                1800, 5400))
+        led.append(
+            UsageSegment("j", "a", "", "", "", {}, "t4", "default", "T4", OD, Fraction(1), 0, 0, 1.0, 1800, 5400)
+        )
 
 
 # -- records that are refused ----------------------------------------------------------------------
@@ -282,9 +330,22 @@ def test_price_change_is_a_new_interval() -> None:
 
 def seg(**kw: object) -> UsageSegment:
     base: dict[str, object] = dict(
-        job_id="j", team="a", project="", namespace="", experiment="", labels={}, node="t4", pool="default",
-        gpu_model="T4", capacity_type=OD, gpu_share=Fraction(1), cpu_milli=0, memory_mib=0,
-        node_hourly_usd=1.0, start=0.0, end=60.0,
+        job_id="j",
+        team="a",
+        project="",
+        namespace="",
+        experiment="",
+        labels={},
+        node="t4",
+        pool="default",
+        gpu_model="T4",
+        capacity_type=OD,
+        gpu_share=Fraction(1),
+        cpu_milli=0,
+        memory_mib=0,
+        node_hourly_usd=1.0,
+        start=0.0,
+        end=60.0,
     )
     base.update(kw)
     return UsageSegment(**base)  # type: ignore[arg-type]
@@ -336,8 +397,16 @@ def test_bad_nodes_and_windows_are_refused() -> None:
 
 # -- properties ------------------------------------------------------------------------------------
 
-SHARES = [Fraction(1, 7), Fraction(3, 7), Fraction(1, 10), Fraction(1, 2), Fraction(1), Fraction(2),
-          Fraction(0), Fraction(999, 1000)]
+SHARES = [
+    Fraction(1, 7),
+    Fraction(3, 7),
+    Fraction(1, 10),
+    Fraction(1, 2),
+    Fraction(1),
+    Fraction(2),
+    Fraction(0),
+    Fraction(999, 1000),
+]
 PRICES = st.sampled_from([0.0, 0.35, 0.526, 1.0, 3.673, 12.29, 40.96575, 98.32])
 
 
@@ -351,18 +420,28 @@ def ledgers(draw: st.DrawFn) -> tuple[Ledger, list[NodeInterval]]:
         start = draw(st.integers(0, 5000)) + draw(st.sampled_from([0.0, 0.25, 0.123456]))
         end = start + draw(st.integers(0, 20_000))
         cap = draw(st.sampled_from(list(CapacityType)))
-        nodes.append(node(f"n{i}", gpus, cpu, mem, draw(PRICES), start, end, model="A100-80GB",
-                          pool=f"p{i % 2}", capacity=cap))
+        nodes.append(
+            node(f"n{i}", gpus, cpu, mem, draw(PRICES), start, end, model="A100-80GB", pool=f"p{i % 2}", capacity=cap)
+        )
     jobs = []
     for k in range(draw(st.integers(0, 25))):
         iv = draw(st.sampled_from(nodes))
         s = draw(st.floats(iv.start, iv.end))
         e = draw(st.floats(s, iv.end))
         share = draw(st.sampled_from([x for x in SHARES if x <= iv.gpu_count]))
-        jobs.append(Job_(f"j{k}", iv.node, s, e, share,
-                         draw(st.integers(0, iv.cpu_milli)), draw(st.integers(0, iv.memory_mib)),
-                         team=draw(st.sampled_from(["a", "b", "c"])),
-                         labels=draw(st.sampled_from([{}, {"exp": "x"}, {"exp": "y"}]))))
+        jobs.append(
+            Job_(
+                f"j{k}",
+                iv.node,
+                s,
+                e,
+                share,
+                draw(st.integers(0, iv.cpu_milli)),
+                draw(st.integers(0, iv.memory_mib)),
+                team=draw(st.sampled_from(["a", "b", "c"])),
+                labels=draw(st.sampled_from([{}, {"exp": "x"}, {"exp": "y"}])),
+            )
+        )
     return ledger(nodes, jobs), nodes
 
 
@@ -376,11 +455,18 @@ def exact_node_cents(nodes: list[NodeInterval], ws: float, we: float) -> int:
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=ledgers(), ws=st.floats(0, 10_000), length=st.floats(0, 30_000), spread=st.booleans(),
-       aggregate=st.sampled_from([("team",), ("label:exp",), ("node",), ("team", "pool"), ("capacity_type",),
-                                  ("job_id",)]))
-def test_conservation_to_the_cent(data: tuple[Ledger, list[NodeInterval]], ws: float, length: float,
-                                  spread: bool, aggregate: tuple[str, ...]) -> None:
+@given(
+    data=ledgers(),
+    ws=st.floats(0, 10_000),
+    length=st.floats(0, 30_000),
+    spread=st.booleans(),
+    aggregate=st.sampled_from(
+        [("team",), ("label:exp",), ("node",), ("team", "pool"), ("capacity_type",), ("job_id",)]
+    ),
+)
+def test_conservation_to_the_cent(
+    data: tuple[Ledger, list[NodeInterval]], ws: float, length: float, spread: bool, aggregate: tuple[str, ...]
+) -> None:
     led, nodes = data
     a = allocate(led, ws, ws + length, aggregate, spread_idle=spread)
     assert_adds_up(a)
@@ -389,11 +475,12 @@ def test_conservation_to_the_cent(data: tuple[Ledger, list[NodeInterval]], ws: f
 
 @settings(max_examples=100, deadline=None)
 @given(data=ledgers(), ws=st.floats(0, 10_000), length=st.floats(0, 30_000))
-def test_totals_do_not_depend_on_grouping(data: tuple[Ledger, list[NodeInterval]], ws: float,
-                                          length: float) -> None:
+def test_totals_do_not_depend_on_grouping(data: tuple[Ledger, list[NodeInterval]], ws: float, length: float) -> None:
     led, _ = data
-    results = [allocate(led, ws, ws + length, agg)
-               for agg in (("team",), ("label:exp",), ("node",), ("job_id",), ("team", "label:exp"))]
+    results = [
+        allocate(led, ws, ws + length, agg)
+        for agg in (("team",), ("label:exp",), ("node",), ("job_id",), ("team", "label:exp"))
+    ]
     first = results[0]
     for a in results[1:]:
         assert cost(a.totals)[3] == cost(first.totals)[3]

@@ -34,7 +34,10 @@ MiB = 1024 * 1024
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
     yield from make_api(
-        tmp_path, log_read_max_bytes=MiB, log_follows_per_token=2, log_follows_total=3,
+        tmp_path,
+        log_read_max_bytes=MiB,
+        log_follows_per_token=2,
+        log_follows_total=3,
         log_recheck_s=0.2,
     )
 
@@ -90,8 +93,11 @@ def test_a_long_log_comes_in_capped_pieces_that_the_offset_continues(api: Api) -
         assert r.headers["link"] == f'</v1/jobs/{job}/logs?offset={offset}>; rel="next"'
     assert got == data and pieces == 3
     # past the end: 416 naming the size; at the end: nothing more
-    doc = problem(api.client.get(f"/v1/jobs/{job}/logs", params={"offset": len(data) + 1}, headers=api.h("alice")),
-                  416, "offset_out_of_range")
+    doc = problem(
+        api.client.get(f"/v1/jobs/{job}/logs", params={"offset": len(data) + 1}, headers=api.h("alice")),
+        416,
+        "offset_out_of_range",
+    )
     assert str(len(data)) in doc["detail"]
     at_end = api.client.get(f"/v1/jobs/{job}/logs", params={"offset": len(data)}, headers=api.h("alice"))
     assert at_end.content == b"" and at_end.headers["X-Log-Next-Offset"] == str(len(data))
@@ -158,8 +164,9 @@ class Follow:
 
     def __init__(self, url: str, job: str, secret: str) -> None:
         self.client = httpx.Client(base_url=url, timeout=httpx.Timeout(10.0, read=60.0))
-        self.cm = self.client.stream("GET", f"/v1/jobs/{job}/logs", params={"follow": "true"},
-                                     headers={"Authorization": f"Bearer {secret}"})
+        self.cm = self.client.stream(
+            "GET", f"/v1/jobs/{job}/logs", params={"follow": "true"}, headers={"Authorization": f"Bearer {secret}"}
+        )
         self.response = self.cm.__enter__()
         if self.response.status_code == 200:
             self.chunks = self.response.iter_bytes()  # kept: a dropped iterator closes the connection
@@ -262,8 +269,9 @@ async def _list_jobs_times(url: str, token: str, n: int) -> list[float]:
 
 async def _follower(url: str, job: str, token: str, stop: asyncio.Event, counts: dict[str, int]) -> None:
     """Follows the job's log; refused (429), tries again after Retry-After (as the SDK does)."""
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(30.0, read=None),
-                                 headers={"Authorization": f"Bearer {token}"}) as c:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=httpx.Timeout(30.0, read=None), headers={"Authorization": f"Bearer {token}"}
+    ) as c:
         while not stop.is_set():
             wait = 0.5
             try:
@@ -315,8 +323,9 @@ async def _under_follows(url: str, pid: int, job: str, tokens: list[str], admin:
     for t in tasks:
         t.cancel()
     after = await _list_jobs_times(url, admin, 30)
-    return Load(statistics.median(before + after) * 1000, statistics.median(loaded) * 1000, idle_cpu, server_cpu,
-                counts)
+    return Load(
+        statistics.median(before + after) * 1000, statistics.median(loaded) * 1000, idle_cpu, server_cpu, counts
+    )
 
 
 @pytest.mark.slow
@@ -327,13 +336,20 @@ def test_list_jobs_p50_with_200_follow_attempts(tmp_path: Path) -> None:
         h = {"Authorization": f"Bearer {admin}"}
         tokens = []
         for i in range(50):
-            r = httpx.post(server.url + "/v1/tokens", json={"team": "default", "role": "member", "name": f"m{i}"},
-                           headers=h, timeout=30)
+            r = httpx.post(
+                server.url + "/v1/tokens",
+                json={"team": "default", "role": "member", "name": f"m{i}"},
+                headers=h,
+                timeout=30,
+            )
             assert r.status_code == 201, r.text
             tokens.append(r.json()["token"])
         # a training job: a line every 2 s (a follow is mostly idle, polling)
-        steps = [sys.executable, "-c", "import time\nfor i in range(600):\n print('step', i, 'x' * 60, flush=True)\n"
-                 " time.sleep(2)"]
+        steps = [
+            sys.executable,
+            "-c",
+            "import time\nfor i in range(600):\n print('step', i, 'x' * 60, flush=True)\n time.sleep(2)",
+        ]
         body = {"team": "default", "gpus": 1, "command": steps, "name": "steps"}
         job = httpx.post(server.url + "/v1/jobs", json=body, headers=h, timeout=30).json()["id"]
         for i in range(30):  # something to list
@@ -342,8 +358,10 @@ def test_list_jobs_p50_with_200_follow_attempts(tmp_path: Path) -> None:
         _eventually(lambda: httpx.get(f"{server.url}/v1/jobs/{job}", headers=h).json()["state"] == "RUNNING", 30)
         assert server.proc is not None
         load = asyncio.run(_under_follows(server.url, server.proc.pid, job, tokens, admin))
-        print(f"\nlist-jobs p50: {load.base_ms:.1f} ms alone, {load.loaded_ms:.1f} ms with 200 follow attempts; "
-              f"server CPU: {load.idle_cpu:.2f} cores idle, {load.server_cpu:.2f} while they follow; {load.counts}")
+        print(
+            f"\nlist-jobs p50: {load.base_ms:.1f} ms alone, {load.loaded_ms:.1f} ms with 200 follow attempts; "
+            f"server CPU: {load.idle_cpu:.2f} cores idle, {load.server_cpu:.2f} while they follow; {load.counts}"
+        )
         assert load.loaded_ms < max(3 * load.base_ms, load.base_ms + 50), load
         assert load.server_cpu - load.idle_cpu < 0.15, load  # open follows of a quiet log cost little
     finally:
@@ -367,8 +385,10 @@ def test_ten_readers_of_a_ten_tib_sparse_log_get_its_data_only(tmp_path: Path) -
         started = time.monotonic()
 
         def reader() -> None:
-            with httpx.Client(base_url=served.url, timeout=15) as c, \
-                    c.stream("GET", f"/v1/jobs/{job}/logs", headers=api.h("alice")) as r:
+            with (
+                httpx.Client(base_url=served.url, timeout=15) as c,
+                c.stream("GET", f"/v1/jobs/{job}/logs", headers=api.h("alice")) as r,
+            ):
                 for chunk in r.iter_bytes():
                     with lock:
                         total[0] += len(chunk)

@@ -93,10 +93,17 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             done = []
             for i in range(6):
                 team = "alpha" if i % 3 else "beta"
-                done.append(c.submit(
-                    command=["sleep", "1.5"], gpus=1 + i % 2, team=team, project="training" if i % 2 else "eval",
-                    preemptible=i % 2 == 0, estimated_runtime_s=2, name=f"step-{i}",
-                ).id)
+                done.append(
+                    c.submit(
+                        command=["sleep", "1.5"],
+                        gpus=1 + i % 2,
+                        team=team,
+                        project="training" if i % 2 else "eval",
+                        preemptible=i % 2 == 0,
+                        estimated_runtime_s=2,
+                        name=f"step-{i}",
+                    ).id
+                )
             for j in [warm_up.id, *done]:
                 assert c.wait(j, timeout=60).state == "SUCCEEDED"
             end = datetime.now(UTC)
@@ -110,7 +117,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             jobs = {j: c.get(j) for j in done}
         window = f"{_rfc(first - timedelta(seconds=5))},{_rfc(end)}"
         yield Fleet(
-            server, alpha, beta, window,
+            server,
+            alpha,
+            beta,
+            window,
             [warm_up.id, *(j for j in done if jobs[j].team == "alpha")],
             next(j for j in done if jobs[j].team == "beta"),
             long_job,
@@ -239,9 +249,10 @@ def test_stdio_tools_answer_with_the_members_token(fleet: Fleet, tmp_path: Path)
             assert {"fewer_gpus", "shorter", "cheaper_gpu", "spot"} <= set(kinds)
             assert kinds["fewer_gpus"]["fits"] and kinds["shorter"]["fits"] and not kinds["shorter"]["projection"]
             g = kinds["fewer_gpus"]["gpus"]
-            assert kinds["fewer_gpus"]["cost_usd"] == api.check_budget(
-                command=["true"], gpus=g, estimated_runtime_s=4 * 3600.0
-            ).job_cost_usd
+            assert (
+                kinds["fewer_gpus"]["cost_usd"]
+                == api.check_budget(command=["true"], gpus=g, estimated_runtime_s=4 * 3600.0).job_cost_usd
+            )
             assert all(o["cost_usd"] < plan["forecast_usd"] for o in plan["options"])
             assert kinds["cheaper_gpu"]["projection"] and kinds["spot"]["projection"]
             assert "exceeds budget 'alpha-watch'" in plan["summary"] and "Options:" in plan["summary"]
@@ -250,14 +261,19 @@ def test_stdio_tools_answer_with_the_members_token(fleet: Fleet, tmp_path: Path)
 
             # compare_configurations: scaled from a finished job's measured run time
             job = api.get(fleet.done_alpha[1])
-            cmp_ = _data(await m.call_tool("compare_configurations", {
-                "job": job.id,
-                "configs": [
-                    {"gpu_type": "A100-80GB", "gpus": job.gpus},
-                    {"gpu_type": "L4", "gpus": job.gpus},
-                    {"gpu_type": "H100", "gpus": job.gpus, "spot": True},
-                ],
-            }))
+            cmp_ = _data(
+                await m.call_tool(
+                    "compare_configurations",
+                    {
+                        "job": job.id,
+                        "configs": [
+                            {"gpu_type": "A100-80GB", "gpus": job.gpus},
+                            {"gpu_type": "L4", "gpus": job.gpus},
+                            {"gpu_type": "H100", "gpus": job.gpus, "spot": True},
+                        ],
+                    },
+                )
+            )
             assert cmp_["projection"]
             assert cmp_["reference"]["hours"] == pytest.approx((job.run_seconds or 0) / 3600, rel=1e-5)
             est = {(e["gpu_type"], e["spot"]): e for e in cmp_["estimates"]}
@@ -306,7 +322,10 @@ def _mcp_http(server: ServerProcess) -> Iterator[str]:
     log = open(server.home / "mcp-http.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpufleet", "mcp", "--transport", "http", "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     log.close()
     url = f"http://127.0.0.1:{port}/mcp"
@@ -332,9 +351,12 @@ def _mcp_http(server: ServerProcess) -> Iterator[str]:
 
 
 def _http_client(url: str, token: str) -> McpClient:
-    return McpClient(streamable_http_client(url, http_client=httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60.0)
-    )))
+    return McpClient(
+        streamable_http_client(
+            url,
+            http_client=httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60.0)),
+        )
+    )
 
 
 @pytest.mark.slow
@@ -363,9 +385,11 @@ def test_http_each_request_acts_with_its_own_bearer_token(fleet: Fleet) -> None:
                 assert rec["total_monthly_savings_usd"] == pytest.approx(sum(r.monthly_savings_usd for r in want))
                 # whatif: all teams' jobs, the same replay as the CLI's history what-if
                 wi = _data(await m.call_tool("whatif", {"change": "spot+autoscaling", "window": fleet.window}))
-                cli = json.loads(server.cli(
-                    "whatif", "--change", "spot+autoscaling", "--trace", f"history:{fleet.window}", "--json"
-                ).stdout)
+                cli = json.loads(
+                    server.cli(
+                        "whatif", "--change", "spot+autoscaling", "--trace", f"history:{fleet.window}", "--json"
+                    ).stdout
+                )
                 assert wi["scope"] == "all" and wi["jobs"] == cli["jobs"] == 7
                 # (run times: the API's run_seconds against the store's run rows, equal but for rounding)
                 for key in ("baseline", "variant"):
@@ -386,19 +410,36 @@ def test_http_each_request_acts_with_its_own_bearer_token(fleet: Fleet) -> None:
 
             async with _http_client(url, fleet.beta) as m:
                 assert "404" in _error(await m.call_tool("forecast_job_cost", {"job": fleet.long_job}))
-                assert "404" in _error(await m.call_tool("propose_action", {
-                    "action": "resize", "target": fleet.big_job, "params": {"gpus": 4}, "rationale": "not mine",
-                }))
+                assert "404" in _error(
+                    await m.call_tool(
+                        "propose_action",
+                        {
+                            "action": "resize",
+                            "target": fleet.big_job,
+                            "params": {"gpus": 4},
+                            "rationale": "not mine",
+                        },
+                    )
+                )
 
             # propose_action: a pending proposal, nothing changed, nothing approvable from here
             async with _http_client(url, fleet.alpha) as m:
-                made = _data(await m.call_tool("propose_action", {
-                    "action": "resize",
-                    "target": fleet.big_job,
-                    "params": {"gpus": 4},
-                    "rationale": "8 GPUs wait behind the long job; 4 start now",
-                    "estimate": {"monthly_savings_usd": 0.0, "confidence": 0.6, "basis": "check_budget_for_plan"},
-                }))
+                made = _data(
+                    await m.call_tool(
+                        "propose_action",
+                        {
+                            "action": "resize",
+                            "target": fleet.big_job,
+                            "params": {"gpus": 4},
+                            "rationale": "8 GPUs wait behind the long job; 4 start now",
+                            "estimate": {
+                                "monthly_savings_usd": 0.0,
+                                "confidence": 0.6,
+                                "basis": "check_budget_for_plan",
+                            },
+                        },
+                    )
+                )
                 assert made["state"] == "pending" and made["proposal"]["target"] == fleet.big_job
                 assert "nothing changes until a person approves it" in made["summary"]
                 stored = admin.proposal(made["id"])
@@ -406,9 +447,17 @@ def test_http_each_request_acts_with_its_own_bearer_token(fleet: Fleet) -> None:
                 assert stored.estimate is not None and stored.estimate.confidence == 0.6
                 big = admin.get(fleet.big_job)
                 assert big.state == "PENDING" and big.gpus == 8  # unchanged
-                bad = _error(await m.call_tool("propose_action", {
-                    "action": "change_budget", "target": "alpha-watch", "params": {}, "rationale": "x",
-                }))
+                bad = _error(
+                    await m.call_tool(
+                        "propose_action",
+                        {
+                            "action": "change_budget",
+                            "target": "alpha-watch",
+                            "params": {},
+                            "rationale": "x",
+                        },
+                    )
+                )
                 assert "limit_usd" in bad
                 assert admin.budget("alpha-watch").limit_usd == 50.0
 
@@ -449,30 +498,78 @@ class _FakeClient:
 def _job(job_id: str, name: str, state: str) -> JobOut:
     now = datetime(2026, 11, 20, tzinfo=UTC)
     return JobOut(
-        id=job_id, name=name, team="alpha", project="", namespace="default", experiment="", labels={},
-        priority="normal", command=["x"], gpus=4, gpu_milli=None, mig=None, gpu_types=[], preemptible=False,
-        checkpoint_dir=None, max_runtime_s=None, state=state, reason="", submitted_at=now, started_at=now,
-        ended_at=None, run=1, restarts=0, preemptions=0, exit_code=None, placement=[], cancel_requested=False,
+        id=job_id,
+        name=name,
+        team="alpha",
+        project="",
+        namespace="default",
+        experiment="",
+        labels={},
+        priority="normal",
+        command=["x"],
+        gpus=4,
+        gpu_milli=None,
+        mig=None,
+        gpu_types=[],
+        preemptible=False,
+        checkpoint_dir=None,
+        max_runtime_s=None,
+        state=state,
+        reason="",
+        submitted_at=now,
+        started_at=now,
+        ended_at=None,
+        run=1,
+        restarts=0,
+        preemptions=0,
+        exit_code=None,
+        placement=[],
+        cancel_requested=False,
     )
 
 
 def test_diagnose_anomaly_names_the_jobs_behind_a_spike_and_the_action() -> None:
     spike = AnomalyOut(
-        key="anomaly:2026-11-19", day="2026-11-19", scope="all", spend_usd=900.0, baseline_usd=300.0,
-        increase_usd=600.0, increase_pct=2.0,
+        key="anomaly:2026-11-19",
+        day="2026-11-19",
+        scope="all",
+        spend_usd=900.0,
+        baseline_usd=300.0,
+        increase_usd=600.0,
+        increase_pct=2.0,
         causes=[
-            AnomalyCauseOut(dimension="team", key="alpha", spend_usd=700.0, baseline_usd=100.0, increase_usd=600.0,
-                            share_of_increase=1.0),
-            AnomalyCauseOut(dimension="job_id", key="j-1", spend_usd=480.0, baseline_usd=0.0, increase_usd=480.0,
-                            share_of_increase=0.8),
+            AnomalyCauseOut(
+                dimension="team",
+                key="alpha",
+                spend_usd=700.0,
+                baseline_usd=100.0,
+                increase_usd=600.0,
+                share_of_increase=1.0,
+            ),
+            AnomalyCauseOut(
+                dimension="job_id",
+                key="j-1",
+                spend_usd=480.0,
+                baseline_usd=0.0,
+                increase_usd=480.0,
+                share_of_increase=0.8,
+            ),
         ],
-        action="Stop job j-1 (new; $480.00/day): saves $480.00/day.", savings_usd_per_day=480.0,
+        action="Stop job j-1 (new; $480.00/day): saves $480.00/day.",
+        savings_usd_per_day=480.0,
         message="2026-11-19: spend $900.00 is 200% above its baseline",
     )
     earlier = spike.model_copy(update={"day": "2026-11-02", "key": "anomaly:2026-11-02"})
     idle = RecommendationOut(
-        id="rec-1", kind="idle", target="job:j-1", team="alpha", action="Stop job j-1: idle",
-        monthly_savings_usd=14000.0, confidence=0.8, evidence={"peak_util_pct": 1.0}, whatif=None,
+        id="rec-1",
+        kind="idle",
+        target="job:j-1",
+        team="alpha",
+        action="Stop job j-1: idle",
+        monthly_savings_usd=14000.0,
+        confidence=0.8,
+        evidence={"peak_util_pct": 1.0},
+        whatif=None,
     )
     client = _FakeClient([earlier, spike], {"j-1": _job("j-1", "sweep", "RUNNING")}, [idle])
     d = tools.diagnose_anomaly(client, days=30)  # type: ignore[arg-type]

@@ -25,10 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from gpufleet.backends.base import GpuSample
-from gpufleet.control.budgets import BudgetService
 from gpufleet.cost.pricesplit import split_node_price
 from gpufleet.cost.rules import PricingRules, load_rules
 from gpufleet.model.node import CapacityType, Node
+from gpufleet.services.budgets import BudgetService
 from gpufleet.store import repo
 from tests.api_support import T0, Api, make_api
 
@@ -742,8 +742,8 @@ def test_the_server_wires_its_cycles_into_the_metrics(tmp_path: Path) -> None:
     leader in this process shows up in ``gpufleet_scheduler_cycle_duration_seconds``."""
     from fastapi.testclient import TestClient
 
-    from gpufleet.control.server import build_server
-    from gpufleet.control.settings import Settings
+    from gpufleet.server.host import build_server
+    from gpufleet.server.settings import Settings
 
     settings = Settings(
         home=tmp_path / "home", gpus="1xA100-80GB", node_price_usd_per_hour=8.0, single_user=False, jobs_as_server=True

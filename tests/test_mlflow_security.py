@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from gpufleet.control import mlflow_sync
-from gpufleet.control.mlflow_sync import LOGGED, METRIC_COST, RUN_LABEL, SKIPPED
-from gpufleet.control.settings import MlflowSettings
+from gpufleet.integrations import mlflow_sync
+from gpufleet.integrations.mlflow_sync import LOGGED, METRIC_COST, RUN_LABEL, SKIPPED
+from gpufleet.server.settings import MlflowSettings
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from tests.test_mlflow_sync import Fleet, Tracking, make_fleet, make_tracking

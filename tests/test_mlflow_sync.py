@@ -1,5 +1,5 @@
 """MLflow: a job that names an MLflow run gets its cost, GPU-hours and improvement per dollar logged
-to that run when it ends (gpufleet.control.mlflow_sync), exactly once, without ever blocking the
+to that run when it ends (gpufleet.integrations.mlflow_sync), exactly once, without ever blocking the
 scheduler.
 
 A real world: the controller with the local backend (real processes), the API's real submit path,
@@ -28,10 +28,11 @@ from gpufleet.api.context import ApiContext
 from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.local import LocalBackend
 from gpufleet.clock import WallClock
-from gpufleet.control.budgets import job_spend
 from gpufleet.control.controller import Controller, ControllerConfig
 from gpufleet.control.leader import FileLeadership
-from gpufleet.control.mlflow_sync import (
+from gpufleet.cost.rules import PricingRules, rules_from_setting
+from gpufleet.errors import InputError
+from gpufleet.integrations.mlflow_sync import (
     LOGGED,
     METRIC_COST,
     METRIC_COST_EXACT,
@@ -47,10 +48,9 @@ from gpufleet.control.mlflow_sync import (
     redact_uri,
     roi_of,
 )
-from gpufleet.control.settings import MlflowSettings, Settings, load_settings
-from gpufleet.cost.rules import PricingRules, rules_from_setting
-from gpufleet.errors import InputError
 from gpufleet.sdk.client import with_mlflow_run
+from gpufleet.server.settings import MlflowSettings, Settings, load_settings
+from gpufleet.services.budgets import job_spend
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import UsageSegmentRow
@@ -420,7 +420,7 @@ def test_on_postgresql_and_sqlite_alike(tmp_path: Path, db: Database, monkeypatc
 def test_gpufleet_up_runs_the_sync_with_the_bills_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """build_server registers the duty (GPUFLEET_MLFLOW__TRACKING_URI) on the leader, with the
     server's pricing rules; mlflow.enabled: false registers none."""
-    from gpufleet.control.server import build_server
+    from gpufleet.server.host import build_server
 
     tracking = make_tracking(tmp_path / "mlruns", monkeypatch, team="default")  # the single-user admin's team
     monkeypatch.setenv("GPUFLEET_MLFLOW__TRACKING_URI", tracking.uri)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from gpufleet.clock import SimClock
-from gpufleet.control.budgets import BudgetService
 from gpufleet.cost.budget_model import make_budget
 from gpufleet.errors import InputError
 from gpufleet.notify.channels import DeliveryError, deliver, parse_channel, validate_channels
+from gpufleet.services.budgets import BudgetService
 from gpufleet.store.db import Database
 from gpufleet.store.repo import budgets as budgets_repo
 from tests.budget_support import add_node, add_spend, http_receiver, smtp_server

@@ -27,11 +27,11 @@ from gpufleet.backends.base import GpuSample
 from gpufleet.cli import jobs as cli_jobs
 from gpufleet.cli import render
 from gpufleet.cli.main import app as cli_app
-from gpufleet.control import proposals as service
 from gpufleet.cost.roi import HOURS_PER_MONTH
 from gpufleet.sdk import Client
 from gpufleet.sdk.client import AsyncClient
 from gpufleet.sdk.errors import Forbidden
+from gpufleet.services import proposals as service
 from gpufleet.store import repo
 from gpufleet.store.models import (
     Base,

@@ -24,11 +24,14 @@ from gpufleet.model.node import CapacityType
 
 H = 3600.0
 NOW = 24 * H
-CATALOG = ",".join(COLUMNS) + """
+CATALOG = (
+    ",".join(COLUMNS)
+    + """
 test,r1,a100x8,A100-80GB,8,80,32.0,12.8,12.8,instance,hand
 test,r1,t4x1,T4,1,16,1.0,,,instance,hand
 test,r1,l4x1,L4,1,24,0.8,,,instance,hand
 """
+)
 MONTH = HOURS_PER_MONTH / 24  # a day's dollars → a month's
 
 
@@ -173,8 +176,24 @@ def test_idle_capacity_on_a_young_server_within_the_stated_window() -> None:
     led.add_node(NodeInterval("box", "box", "A100-80GB", 8, 0, 0, CapacityType.ON_DEMAND, 29.38, born, now))
     for job, a, b in (("a", born, born + 1200), ("b", born + 1200, born + 1800)):
         led.append(
-            UsageSegment(job, "t", "", "default", "", {}, "box", "box", "A100-80GB", CapacityType.ON_DEMAND,
-                         Fraction(1), 0, 0, 29.38, a, b)
+            UsageSegment(
+                job,
+                "t",
+                "",
+                "default",
+                "",
+                {},
+                "box",
+                "box",
+                "A100-80GB",
+                CapacityType.ON_DEMAND,
+                Fraction(1),
+                0,
+                0,
+                29.38,
+                a,
+                b,
+            )
         )
     cat = PriceCatalog.load(io.StringIO(CATALOG), name="hand.csv")
     recs = recommend(RecommendInputs(led, now - 7 * 24 * H, now), cat)

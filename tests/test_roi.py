@@ -14,10 +14,13 @@ from gpufleet.errors import InputError
 from gpufleet.model.node import CapacityType
 
 H = 3600.0
-CATALOG = ",".join(COLUMNS) + """
+CATALOG = (
+    ",".join(COLUMNS)
+    + """
 test,r1,a100x8,A100-80GB,8,80,32.0,12.8,12.8,instance,hand
 test,r1,t4x4,T4,4,16,4.0,,,instance,hand
 """
+)
 OD, SPOT = CapacityType.ON_DEMAND, CapacityType.SPOT
 
 

@@ -13,13 +13,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gpufleet.control.settings import load_settings
 from gpufleet.cost.ledger import Ledger, NodeInterval, UsageSegment
 from gpufleet.cost.report import CostReport
 from gpufleet.cost.rules import NodePrice, NodePriceConfig, apply_rules, load_rules, rules_from_setting
 from gpufleet.cost.spend import spend_report
 from gpufleet.errors import ConfigError
 from gpufleet.model.node import CapacityType
+from gpufleet.server.settings import load_settings
 
 OD, SPOT, RES = CapacityType.ON_DEMAND, CapacityType.SPOT, CapacityType.RESERVED
 NY = ZoneInfo("America/New_York")

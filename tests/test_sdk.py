@@ -512,8 +512,13 @@ def test_a_budget_refusal_is_a_conflict_with_the_budget_checks_exit_code() -> No
     from gpufleet.sdk import BudgetExceeded
     from gpufleet.sdk.errors import error_from_response
 
-    body = {"type": "about:blank", "title": "Payment Required", "status": 402, "code": "budget_exceeded",
-            "detail": "budget 'alpha-cap' would be exceeded"}
+    body = {
+        "type": "about:blank",
+        "title": "Payment Required",
+        "status": 402,
+        "code": "budget_exceeded",
+        "detail": "budget 'alpha-cap' would be exceeded",
+    }
     err = error_from_response(httpx.Response(402, json=body, headers={"content-type": "application/problem+json"}))
     assert isinstance(err, BudgetExceeded) and isinstance(err, ConflictError)
     assert exit_code_for(err) == EXIT_CONFLICT == 6

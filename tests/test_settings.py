@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.control.server import ensure_admin_token, seed_teams
-from gpufleet.control.settings import load_settings
 from gpufleet.errors import ConfigError
+from gpufleet.server.host import ensure_admin_token, seed_teams
+from gpufleet.server.settings import load_settings
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 
@@ -103,7 +103,7 @@ def test_seed_teams_from_settings(tmp_path: Path) -> None:
 def test_a_taken_port_is_one_clear_error() -> None:
     import socket
 
-    from gpufleet.control.server import check_port
+    from gpufleet.io.ports import check_port
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))

@@ -24,7 +24,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import update
 
-from gpufleet.control.budgets import BudgetService, check_submission, committed_spend, scope_spend
 from gpufleet.cost.budget_model import Scope, make_budget
 from gpufleet.cost.budget_status import BudgetExceededError
 from gpufleet.cost.job_estimate import usd_per_gpu_hour
@@ -34,6 +33,7 @@ from gpufleet.cost.report import Filters
 from gpufleet.cost.rules import PricingRules, load_rules
 from gpufleet.cost.spend import job_costs_usd, scope_spend_usd, spend_report
 from gpufleet.model.node import CapacityType, Node
+from gpufleet.services.budgets import BudgetService, check_submission, committed_spend, scope_spend
 from gpufleet.store import repo
 from gpufleet.store.models import JobRow
 from gpufleet.store.repo import budgets as budgets_repo
@@ -379,8 +379,8 @@ def test_one_price_per_gpu_hour_for_estimates() -> None:
 def test_the_server_gives_its_budgets_the_bills_pricing_rules(tmp_path: Path) -> None:
     """``gpufleet up`` prices budgets (the controller's budget service, the API's block check)
     with the same rules as /v1/usage: not the recorded prices."""
-    from gpufleet.control.server import build_server, context_settings
-    from gpufleet.control.settings import Settings
+    from gpufleet.server.host import build_server, context_settings
+    from gpufleet.server.settings import Settings
 
     pricing = {
         "windows": [{"name": "off-peak", "start": "22:00", "end": "06:00", "multiplier": 0.5}],

@@ -20,10 +20,11 @@ from gpufleet.api.context import ApiContext
 from gpufleet.cli import jobs as cli_jobs
 from gpufleet.cli.main import app as cli_app
 from gpufleet.clock import SimClock
-from gpufleet.control import owners, server
 from gpufleet.errors import ConflictError
 from gpufleet.model.quota import DEFAULT_PRIORITY_GRANT
 from gpufleet.sdk import Client
+from gpufleet.server import host as server
+from gpufleet.services import owners
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.wire import DEFAULT_PRIORITY_CLASSES

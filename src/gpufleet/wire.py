@@ -156,9 +156,13 @@ class JobSubmit(_Wire):
     max_runtime_s: Annotated[float | None, Field(strict=True, gt=0, le=366 * 86400)] = None
     estimated_runtime_s: Annotated[float | None, Field(strict=True, gt=0, le=366 * 86400)] = None
     budget_usd: Annotated[float | None, Field(strict=True, gt=0, le=1e9)] = None  # stop the job at this cost
-    env: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=255)], Annotated[
-        SafeText, Field(max_length=32768)
-    ]], Field(max_length=256)] = Field(default_factory=dict)
+    env: Annotated[
+        dict[
+            Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=255)],
+            Annotated[SafeText, Field(max_length=32768)],
+        ],
+        Field(max_length=256),
+    ] = Field(default_factory=dict)
     cwd: Annotated[AbsPath | None, Field(max_length=4096)] = None
     # the container image a Kubernetes backend runs the command in (ignored on the local backend)
     image: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,510}$")] = None
@@ -315,9 +319,9 @@ class TeamIn(_Wire):
     weight: Annotated[float, Field(gt=0, le=1e6)] = 1.0
     cohort: Annotated[str | None, Field(pattern=NAME)] = None
     borrowing_limit_gpus: Annotated[float | None, Field(ge=0, le=1e6)] = None
-    quota_gpus: Annotated[dict[Annotated[str, Field(max_length=63)], Annotated[float, Field(ge=0, le=1e6)]], Field(
-        max_length=64
-    )] = Field(default_factory=dict)  # GPU model (or "*") → GPUs
+    quota_gpus: Annotated[
+        dict[Annotated[str, Field(max_length=63)], Annotated[float, Field(ge=0, le=1e6)]], Field(max_length=64)
+    ] = Field(default_factory=dict)  # GPU model (or "*") → GPUs
     run_as: Annotated[str | None, Field(pattern=RUN_AS)] = None
     priority_classes: Annotated[list[PriorityClass] | None, Field(min_length=1, max_length=5)] = None
 
@@ -717,9 +721,9 @@ class ResizeParams(_Wire):
 class ChangeGpuTypeParams(_Wire):
     """The GPU models a pending job may run on (replacing the ones it allows now)."""
 
-    gpu_types: Annotated[list[Annotated[Printable, Field(min_length=1, max_length=63)]], Field(
-        min_length=1, max_length=16
-    )]
+    gpu_types: Annotated[
+        list[Annotated[Printable, Field(min_length=1, max_length=63)]], Field(min_length=1, max_length=16)
+    ]
 
 
 class MoveToSpotParams(_Wire):

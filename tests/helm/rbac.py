@@ -57,51 +57,49 @@ def _g(group: str, resource: str, verb: str, scope: Scope = Scope.CLUSTER, when:
 # (file under src/gpufleet, client method) → what it needs. CustomObjectsApi methods take the group
 # and plural as arguments: their entries list every resource the file calls them with.
 CALLS: dict[tuple[str, str], frozenset[Grant]] = {
-    ("backends/kubernetes/backend.py", "list_node"): frozenset({_g("", "nodes", "list")}),
-    ("backends/kubernetes/backend.py", "list_pod_for_all_namespaces"): frozenset({_g("", "pods", "list")}),
-    ("backends/kubernetes/backend.py", "create_namespaced_job"): frozenset({_g("batch", "jobs", "create")}),
-    ("backends/kubernetes/backend.py", "delete_namespaced_job"): frozenset({_g("batch", "jobs", "delete")}),
-    ("backends/kubernetes/backend.py", "patch_namespaced_pod"): frozenset({_g("", "pods", "patch")}),
-    ("backends/kubernetes/backend.py", "delete_namespaced_pod"): frozenset({_g("", "pods", "delete")}),
-    ("backends/kubernetes/backend.py", "create_namespaced_pod_eviction"): frozenset(
-        {_g("", "pods/eviction", "create")}
-    ),
-    ("backends/kubernetes/backend.py", "create_namespaced_pod_binding"): frozenset({_g("", "pods/binding", "create")}),
-    ("backends/kubernetes/backend.py", "patch_namespaced_pod_status"): frozenset({_g("", "pods/status", "patch")}),
-    ("backends/kubernetes/logs.py", "list_pod_for_all_namespaces"): frozenset({_g("", "pods", "list")}),
-    ("backends/kubernetes/logs.py", "read_namespaced_pod_log"): frozenset({_g("", "pods/log", "get")}),
-    ("backends/kubernetes/lease.py", "read_namespaced_lease"): frozenset(
+    ("k8s/adapter/backend.py", "list_node"): frozenset({_g("", "nodes", "list")}),
+    ("k8s/adapter/backend.py", "list_pod_for_all_namespaces"): frozenset({_g("", "pods", "list")}),
+    ("k8s/adapter/backend.py", "create_namespaced_job"): frozenset({_g("batch", "jobs", "create")}),
+    ("k8s/adapter/backend.py", "delete_namespaced_job"): frozenset({_g("batch", "jobs", "delete")}),
+    ("k8s/adapter/backend.py", "patch_namespaced_pod"): frozenset({_g("", "pods", "patch")}),
+    ("k8s/adapter/backend.py", "delete_namespaced_pod"): frozenset({_g("", "pods", "delete")}),
+    ("k8s/adapter/backend.py", "create_namespaced_pod_eviction"): frozenset({_g("", "pods/eviction", "create")}),
+    ("k8s/adapter/backend.py", "create_namespaced_pod_binding"): frozenset({_g("", "pods/binding", "create")}),
+    ("k8s/adapter/backend.py", "patch_namespaced_pod_status"): frozenset({_g("", "pods/status", "patch")}),
+    ("k8s/adapter/logs.py", "list_pod_for_all_namespaces"): frozenset({_g("", "pods", "list")}),
+    ("k8s/adapter/logs.py", "read_namespaced_pod_log"): frozenset({_g("", "pods/log", "get")}),
+    ("k8s/adapter/lease.py", "read_namespaced_lease"): frozenset(
         {_g("coordination.k8s.io", "leases", "get", Scope.LEASE)}
     ),
-    ("backends/kubernetes/lease.py", "create_namespaced_lease"): frozenset(
+    ("k8s/adapter/lease.py", "create_namespaced_lease"): frozenset(
         {_g("coordination.k8s.io", "leases", "create", Scope.LEASE)}
     ),
-    ("backends/kubernetes/lease.py", "replace_namespaced_lease"): frozenset(
+    ("k8s/adapter/lease.py", "replace_namespaced_lease"): frozenset(
         {_g("coordination.k8s.io", "leases", "update", Scope.LEASE)}
     ),
-    ("backends/kubernetes/provisioner.py", "list_node"): frozenset({_g("", "nodes", "list")}),
-    ("backends/kubernetes/provisioner.py", "list_cluster_custom_object"): frozenset(
+    ("k8s/adapter/provisioner.py", "list_node"): frozenset({_g("", "nodes", "list")}),
+    ("k8s/adapter/provisioner.py", "list_cluster_custom_object"): frozenset(
         {
             _g("karpenter.sh", "nodepools", "list", when="karpenter"),
             _g("karpenter.sh", "nodeclaims", "list", when="karpenter"),
         }
     ),
-    ("backends/kubernetes/provisioner.py", "create_cluster_custom_object"): frozenset(
+    ("k8s/adapter/provisioner.py", "create_cluster_custom_object"): frozenset(
         {_g("karpenter.sh", "nodeclaims", "create", when="karpenter")}
     ),
-    ("backends/kubernetes/provisioner.py", "delete_cluster_custom_object"): frozenset(
+    ("k8s/adapter/provisioner.py", "delete_cluster_custom_object"): frozenset(
         {_g("karpenter.sh", "nodeclaims", "delete", when="karpenter")}
     ),
-    ("control/k8s_adopt.py", "list_pod_for_all_namespaces"): frozenset({_g("", "pods", "list")}),
-    ("control/k8s_adopt.py", "list_node"): frozenset({_g("", "nodes", "list")}),
-    ("control/k8s_adopt.py", "patch_namespaced_pod"): frozenset({_g("", "pods", "patch")}),
-    ("control/k8s_resources.py", "list_cluster_custom_object"): frozenset(
+    ("k8s/adopt.py", "list_pod_for_all_namespaces"): frozenset({_g("", "pods", "list")}),
+    ("k8s/adopt.py", "list_node"): frozenset({_g("", "nodes", "list")}),
+    ("k8s/adopt.py", "patch_namespaced_pod"): frozenset({_g("", "pods", "patch")}),
+    ("k8s/reconcile.py", "list_cluster_custom_object"): frozenset(
         {_g("gpufleet.io", "costbudgets", "list"), _g("gpufleet.io", "costattributions", "list")}
     ),
-    ("control/k8s_resources.py", "patch_namespaced_custom_object_status"): frozenset(
+    ("k8s/reconcile.py", "patch_namespaced_custom_object_status"): frozenset(
         {_g("gpufleet.io", "costbudgets/status", "patch"), _g("gpufleet.io", "costattributions/status", "patch")}
     ),
-    ("control/k8s_resources.py", "read_namespaced_secret"): frozenset({_g("", "secrets", "get", Scope.TEAMS)}),
+    ("k8s/reconcile.py", "read_namespaced_secret"): frozenset({_g("", "secrets", "get", Scope.TEAMS)}),
 }
 
 # CustomObjectsApi methods: the verb and whether the path ends in a subresource (resource from the table)

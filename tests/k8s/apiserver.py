@@ -1154,9 +1154,7 @@ class KubeApiServer(kmock.KubernetesEmulator):
                 raise _bad_request(f"container {wanted} is not valid for pod {name}")
             return wanted
         if len(names) != 1:
-            raise _bad_request(
-                f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
-            )
+            raise _bad_request(f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]")
         return str(names[0])
 
     @staticmethod
@@ -1179,9 +1177,7 @@ class KubeApiServer(kmock.KubernetesEmulator):
             cutoff = utcnow() - datetime.timedelta(seconds=since)
             chosen = [(t, line) for t, line in chosen if t >= cutoff]
         stamps = _truthy(params.get("timestamps"))
-        text = "".join(
-            (t.strftime("%Y-%m-%dT%H:%M:%S.%f000Z") + " " if stamps else "") + line for t, line in chosen
-        )
+        text = "".join((t.strftime("%Y-%m-%dT%H:%M:%S.%f000Z") + " " if stamps else "") + line for t, line in chosen)
         return text, len(lines)
 
     def read_log(self, namespace: str, name: str, params: Mapping[str, str]) -> bytes | AsyncIterator[bytes]:

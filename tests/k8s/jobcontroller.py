@@ -79,8 +79,10 @@ class JobController:
             return
         n = int(spec.get("parallelism", 1) or 1)
         status = job.get("status") or {}
-        if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-               for c in status.get("conditions") or []):
+        if any(
+            c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        ):
             return  # finished: pods deleted afterwards (a drain, the garbage collector) are not replaced
         # indexes counted before their pods went away (the real controller's job-tracking finalizers)
         succeeded: set[int] = {int(i) for i in str(status.get("completedIndexes") or "").split(",") if i.isdigit()}
@@ -127,8 +129,14 @@ class JobController:
                 "labels": labels,
                 "annotations": annotations,
                 "ownerReferences": [
-                    {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"],
-                     "controller": True, "blockOwnerDeletion": True}
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
                 ],
             },
             "spec": template["spec"],
@@ -145,7 +153,9 @@ class JobController:
         status = dict(job.get("status", {}))
         indexes = ",".join(str(i) for i in sorted(done_indexes))
         if (status.get("succeeded", 0), status.get("failed", 0), status.get("completedIndexes") or "") == (
-            succeeded, failed, indexes
+            succeeded,
+            failed,
+            indexes,
         ):
             return
         status["succeeded"], status["failed"] = succeeded, failed
@@ -156,8 +166,9 @@ class JobController:
             status["conditions"] = [{"type": "Complete", "status": "True", "lastTransitionTime": now}]
         meta = job["metadata"]
         try:
-            self.batch.patch_namespaced_job_status(meta["name"], meta["namespace"], {"status": status},
-                                                   _preload_content=False)
+            self.batch.patch_namespaced_job_status(
+                meta["name"], meta["namespace"], {"status": status}, _preload_content=False
+            )
         except ApiException as e:
             if e.status != 404:
                 raise

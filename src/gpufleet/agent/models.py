@@ -31,8 +31,10 @@ class Recommendation(_Model):
     """A way to spend less, as ``GET /v1/recommendations`` states it."""
 
     id: str
-    kind: str = Field(description="idle, underused, sharing, gpu_type, spot, off_peak, batch_size, early_stop, "
-                      "reserved, idle_capacity")
+    kind: str = Field(
+        description="idle, underused, sharing, gpu_type, spot, off_peak, batch_size, early_stop, "
+        "reserved, idle_capacity"
+    )
     target: str = Field(description="job:<id>, team:<name> or cluster:<GPU model>")
     team: str
     action: str = Field(description="what to do, in words")

@@ -68,9 +68,7 @@ INSTRUCTIONS = (
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 Window = Annotated[str, Field(max_length=120, description="7d, 24h, 90m, today, week, month, or START,END (RFC 3339)")]
-Team = Annotated[
-    str | None, Field(max_length=63, description="one team (default: every team the token may see)")
-]
+Team = Annotated[str | None, Field(max_length=63, description="one team (default: every team the token may see)")]
 
 _bearer: contextvars.ContextVar[str | None] = contextvars.ContextVar("gpufleet_mcp_bearer", default=None)
 
@@ -106,8 +104,15 @@ def parse_origin(value: str) -> str:
         port = u.port
     except ValueError:
         raise ValueError(f"origin '{value}' is not scheme://host[:port]") from None
-    if u.scheme not in ("http", "https") or not u.hostname or u.path not in ("", "/") or u.query or u.fragment \
-            or u.username is not None or u.password is not None:
+    if (
+        u.scheme not in ("http", "https")
+        or not u.hostname
+        or u.path not in ("", "/")
+        or u.query
+        or u.fragment
+        or u.username is not None
+        or u.password is not None
+    ):
         raise ValueError(f"origin '{value}' is not scheme://host[:port] (http or https, nothing after the port)")
     host = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
     default = 80 if u.scheme == "http" else 443
@@ -197,8 +202,11 @@ def build_server(settings: AgentSettings) -> MCPServer:
         team: Team = None,
         group_by: Annotated[
             str,
-            Field(max_length=120, description="project, team, namespace, experiment, cost_center, priority, "
-                  "gpu_model, job or label:<key>"),
+            Field(
+                max_length=120,
+                description="project, team, namespace, experiment, cost_center, priority, "
+                "gpu_model, job or label:<key>",
+            ),
         ] = "project",
         top: Annotated[int, Field(ge=1, le=50, description="how many of the most expensive jobs to list")] = 5,
     ) -> CostAnalysis:
@@ -247,8 +255,12 @@ def build_server(settings: AgentSettings) -> MCPServer:
         window: Window = "7d",
         aggregate: Annotated[
             list[str] | None,
-            Field(min_length=1, max_length=8, description="group by (default team): team, project, namespace, "
-                  "experiment, cost_center, job, node, pool, gpu_model, capacity_type, priority, label:<key>"),
+            Field(
+                min_length=1,
+                max_length=8,
+                description="group by (default team): team, project, namespace, "
+                "experiment, cost_center, job, node, pool, gpu_model, capacity_type, priority, label:<key>",
+            ),
         ] = None,
         start: Annotated[str | None, Field(description="RFC 3339 start (with end: replaces window)")] = None,
         end: Annotated[str | None, Field(description="RFC 3339 end")] = None,
@@ -270,7 +282,12 @@ def build_server(settings: AgentSettings) -> MCPServer:
                 raise ToolError(f"{field}: not an RFC 3339 time: {v!r}") from None
 
         return calls.run(
-            tools.cost_report, window, aggregate or ["team"], parse(start, "start"), parse(end, "end"), team,
+            tools.cost_report,
+            window,
+            aggregate or ["team"],
+            parse(start, "start"),
+            parse(end, "end"),
+            team,
             labels or [],
         )
 
@@ -298,10 +315,18 @@ def build_server(settings: AgentSettings) -> MCPServer:
         off-peak), scaled from one reference run: a job's measured run time or a stated runtime/throughput.
         Every figure is a projection; the scaling assumptions are listed in the answer."""
         return calls.run(
-            tools.compare_configurations, _catalog(), configs, job=job, runtime_hours=runtime_hours,
-            throughput_per_s=throughput_per_s, total_work=total_work, reference_gpu_type=reference_gpu_type,
-            reference_gpus=reference_gpus, reference_batch_size=reference_batch_size,
-            measured_util_pct=measured_util_pct, scaling_efficiency=scaling_efficiency,
+            tools.compare_configurations,
+            _catalog(),
+            configs,
+            job=job,
+            runtime_hours=runtime_hours,
+            throughput_per_s=throughput_per_s,
+            total_work=total_work,
+            reference_gpu_type=reference_gpu_type,
+            reference_gpus=reference_gpus,
+            reference_batch_size=reference_batch_size,
+            measured_util_pct=measured_util_pct,
+            scaling_efficiency=scaling_efficiency,
             off_peak_multiplier=off_peak_multiplier,
         )
 
@@ -309,8 +334,11 @@ def build_server(settings: AgentSettings) -> MCPServer:
     def whatif(
         change: Annotated[
             str,
-            Field(max_length=200, description="spot | autoscaling | sharing | gpu-type:MODEL | placement:POLICY | "
-                  "queue:SORT, several joined with +"),
+            Field(
+                max_length=200,
+                description="spot | autoscaling | sharing | gpu-type:MODEL | placement:POLICY | "
+                "queue:SORT, several joined with +",
+            ),
         ],
         window: Window = "7d",
         team: Team = None,
@@ -333,27 +361,37 @@ def build_server(settings: AgentSettings) -> MCPServer:
         now and the recommendations about them) and the action that would bring spend back."""
         return calls.run(tools.diagnose_anomaly, team, days, threshold, min_increase_usd)
 
-    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                          open_world_hint=False))
+    @mcp.tool(
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+        )
+    )
     def propose_action(
         action: ProposalAction,
         target: Annotated[
             str,
-            Field(min_length=1, max_length=255, description="a job id (resize, change_gpu_type, move_to_spot, "
-                  "reschedule_off_peak, cancel_idle_job), a team (change_quota) or a budget name or id "
-                  "(change_budget)"),
+            Field(
+                min_length=1,
+                max_length=255,
+                description="a job id (resize, change_gpu_type, move_to_spot, "
+                "reschedule_off_peak, cancel_idle_job), a team (change_quota) or a budget name or id "
+                "(change_budget)",
+            ),
         ],
         rationale: Annotated[str, Field(min_length=1, max_length=4000, description="why, with the figures")],
         params: Annotated[
             dict[str, Any] | None,
-            Field(description="resize: {gpus} or {gpu_milli}; change_gpu_type: {gpu_types: [...]}; move_to_spot: {}; "
-                  "reschedule_off_peak: {start_after}; cancel_idle_job: {max_utilization_pct, window_s}; "
-                  "change_quota: {quota_gpus: {MODEL: GPUs}}; change_budget: {limit_usd, action, throttle}"),
+            Field(
+                description="resize: {gpus} or {gpu_milli}; change_gpu_type: {gpu_types: [...]}; move_to_spot: {}; "
+                "reschedule_off_peak: {start_after}; cancel_idle_job: {max_utilization_pct, window_s}; "
+                "change_quota: {quota_gpus: {MODEL: GPUs}}; change_budget: {limit_usd, action, throttle}"
+            ),
         ] = None,
         estimate: Annotated[
             ProposalEstimate | None,
-            Field(description="the expected effect: monthly_savings_usd, confidence 0..1, basis (e.g. a tool's "
-                  "answer)"),
+            Field(
+                description="the expected effect: monthly_savings_usd, confidence 0..1, basis (e.g. a tool's answer)"
+            ),
         ] = None,
     ) -> ProposalAnswer:
         """Propose a change to a job, a team's quota or a budget. It is filed as a PENDING proposal and changes
@@ -394,15 +432,17 @@ class RequireBearer:
                 body = json.dumps(
                     {"error": "unauthorized", "detail": "send your gpufleet token: Authorization: Bearer <token>"}
                 ).encode()
-                await send({
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"www-authenticate", b'Bearer realm="gpufleet"'),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                })
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="gpufleet"'),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
@@ -420,16 +460,23 @@ class CheckOrigin:
         if scope["type"] == "http":
             origin = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"origin"), None)
             if origin is not None and origin not in self.allowed:  # exact: browsers send it canonical
-                body = json.dumps({
-                    "error": "forbidden",
-                    "detail": f"origin {origin!r} may not call this server (allowed: the server's own origin and "
-                    f"{ORIGINS_ENV})",
-                }).encode()
-                await send({
-                    "type": "http.response.start",
-                    "status": 403,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-                })
+                body = json.dumps(
+                    {
+                        "error": "forbidden",
+                        "detail": f"origin {origin!r} may not call this server (allowed: the server's own origin and "
+                        f"{ORIGINS_ENV})",
+                    }
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 403,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
@@ -481,5 +528,10 @@ def serve(settings: AgentSettings, host: str = "127.0.0.1", port: int = DEFAULT_
     from gpufleet.io.http_timeout import header_timeout_protocol
 
     # a request head not complete within 10 s (slow-loris) is cut off, as on the API server
-    uvicorn.run(http_app(settings, host, port), host=host, port=port, log_level="warning",
-                http=cast(Any, header_timeout_protocol(10.0)))  # a partial of a protocol class: called like one
+    uvicorn.run(
+        http_app(settings, host, port),
+        host=host,
+        port=port,
+        log_level="warning",
+        http=cast(Any, header_timeout_protocol(10.0)),
+    )  # a partial of a protocol class: called like one

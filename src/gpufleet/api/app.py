@@ -128,6 +128,7 @@ def _version() -> str:
 
 def create_app(ctx: ApiContext) -> FastAPI:
     """The REST API over ``ctx`` (one per process; tests make many — nothing global is shared)."""
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = ctx.worker_threads

@@ -128,8 +128,12 @@ class TokenCache:
                 with self._revocations.open("a", encoding="ascii") as f:  # one short append: atomic
                     f.write(token_id + "\n")
             except OSError as e:
-                log.warning("cannot tell the other API workers that token %s is revoked (%s): they "
-                            "refuse it within auth_cache_s", token_id, e)
+                log.warning(
+                    "cannot tell the other API workers that token %s is revoked (%s): they "
+                    "refuse it within auth_cache_s",
+                    token_id,
+                    e,
+                )
 
 
 bearer = HTTPBearer(auto_error=False, description="A gpufleet API token: `Authorization: Bearer <token>`")

@@ -181,8 +181,10 @@ def inference(
     batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "1,4,8,16,32",
     precision: Annotated[
         str | None,
-        typer.Option(help="Precisions (fp32, bf16, fp16, int8), comma-separated. Default: CPU fp32,bf16,int8; "
-                     "CUDA fp32,fp16,bf16."),
+        typer.Option(
+            help="Precisions (fp32, bf16, fp16, int8), comma-separated. Default: CPU fp32,bf16,int8; "
+            "CUDA fp32,fp16,bf16."
+        ),
     ] = None,
     duration: Annotated[float, typer.Option(min=0.05, help="Seconds measured per configuration.")] = 1.0,
     rounds: Annotated[
@@ -216,8 +218,8 @@ def inference(
         float | None, typer.Option(help="CPU price per vCPU-hour (default $0.048, AWS m6i).", show_default=False)
     ] = None,
     usd_per_gpu_hour: Annotated[
-        float | None, typer.Option(help="Price of the measured GPU per hour (default: the catalog's).",
-                                   show_default=False),
+        float | None,
+        typer.Option(help="Price of the measured GPU per hour (default: the catalog's).", show_default=False),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Every column, whatever the terminal's width.")] = False,
@@ -285,8 +287,11 @@ def inference(
     if mlflow_uri:
         from gpufleet.experiments.inference.tracking import log_runs
 
-        doc["mlflow"] = {"uri": mlflow_uri, "experiment": mlflow_experiment,
-                         "run_ids": log_runs(res, mlflow_uri, mlflow_experiment)}
+        doc["mlflow"] = {
+            "uri": mlflow_uri,
+            "experiment": mlflow_experiment,
+            "run_ids": log_runs(res, mlflow_uri, mlflow_experiment),
+        }
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         kind, data = report.plot(res)
@@ -298,8 +303,10 @@ def inference(
         typer.echo(json.dumps(doc))
         return
     for tb in report.tables(res):
-        cols = [Col(h, justify="right" if i in tb.right else "left", hide=tb.hide.get(i, 0))
-                for i, h in enumerate(tb.columns)]
+        cols = [
+            Col(h, justify="right" if i in tb.right else "left", hide=tb.hide.get(i, 0))
+            for i, h in enumerate(tb.columns)
+        ]
         console.print(make_table(cols, tb.rows, title=tb.title, wide=wide))
         console.print()
     for line in report.notes(res):

@@ -498,7 +498,6 @@ def ls(
     labels = parse_pairs(label, "--label")
     empty = "no jobs" + ("" if all_states or state else " running or waiting (--all shows ended ones)")
     with make_client(url, token) as client:
-
         _list_view(
             lambda: client.list(team=team, state=states, project=project, labels=labels or None, limit=limit),
             jobs_table,
@@ -601,7 +600,6 @@ def queue(
 ) -> None:
     """The waiting jobs in the order they will start, with why each one waits (--watch: until Ctrl-C)."""
     with make_client(url, token) as client:
-
         _list_view(
             lambda: client.queue(team),
             queue_table,
@@ -625,7 +623,6 @@ def nodes(
 ) -> None:
     """The nodes, their GPUs, what is allocated on them and what they cost (--watch: until Ctrl-C)."""
     with make_client(url, token) as client:
-
         _list_view(
             client.nodes,
             nodes_table,

@@ -43,8 +43,9 @@ def mcp(
 
     if transport is Transport.http:
         if token:
-            raise fail("--token: over HTTP each request sends its own token (Authorization: Bearer); the server "
-                       "holds none")
+            raise fail(
+                "--token: over HTTP each request sends its own token (Authorization: Bearer); the server holds none"
+            )
         settings = AgentSettings(resolve_url(url), "http")
     else:
         with warnings.catch_warnings(record=True) as caught:  # stdout is the protocol: warnings go to stderr

@@ -102,7 +102,7 @@ def _history_trace(window: str, db_url: str | None, limit: int | None) -> "tuple
     import time
 
     from gpufleet.api.windows import parse_window
-    from gpufleet.control.whatif import history_nodes, history_trace
+    from gpufleet.services.whatif import history_nodes, history_trace
     from gpufleet.store.db import Database, default_db_url, refuse_url_on_command_line
 
     w = parse_window(window, time.time(), field="--trace history:WINDOW")

@@ -43,8 +43,9 @@ def up(
     ] = None,
 ) -> None:
     """Start the API server and the scheduler on this machine (SQLite + local GPUs by default)."""
-    from gpufleet.control.server import build_server, check_port
-    from gpufleet.control.settings import load_settings
+    from gpufleet.io.ports import check_port
+    from gpufleet.server.host import build_server
+    from gpufleet.server.settings import load_settings
     from gpufleet.store.db import refuse_url_on_command_line
 
     settings = load_settings(

@@ -26,7 +26,6 @@ from typing import Any
 
 from gpufleet.backends.base import Backend, BackendEvent, EventKind, RecoveredState
 from gpufleet.clock import Clock, WallClock
-from gpufleet.control.budgets import BudgetService
 from gpufleet.control.leader import FileLeadership, Leadership, PgLeadership
 from gpufleet.control.progress_files import (
     PROGRESS_READ_LIMIT,
@@ -51,6 +50,7 @@ from gpufleet.scheduling.framework import Status
 from gpufleet.scheduling.preemption import RunningJob
 from gpufleet.scheduling.profile import Profile
 from gpufleet.scheduling.snapshot import ClusterSnapshot
+from gpufleet.services.budgets import BudgetService
 from gpufleet.store import repo
 from gpufleet.store.convert import job_from_row
 from gpufleet.store.db import Database

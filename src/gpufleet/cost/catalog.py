@@ -119,8 +119,7 @@ FALLBACK_PROXIES: dict[str, FallbackProxy] = {
         FallbackProxy(
             "V100-32GB",
             "V100-16GB",
-            "V100-32GB is the same chip as V100-16GB with twice the memory; priced as V100-16GB "
-            "(a lower bound)",
+            "V100-32GB is the same chip as V100-16GB with twice the memory; priced as V100-16GB (a lower bound)",
         ),
         FallbackProxy(
             "G1",
@@ -327,13 +326,18 @@ class PriceCatalog:
     ) -> PriceEntry:
         """The cheapest offering per GPU-hour that matches; :class:`CatalogError` when none does."""
         found = self.offerings(
-            gpu, capacity_type, provider=provider, region=region, billing_scope=billing_scope,
+            gpu,
+            capacity_type,
+            provider=provider,
+            region=region,
+            billing_scope=billing_scope,
             min_gpus=min_gpus,
         )
         if not found:
             raise CatalogError(
                 f"no {capacity_type} offering for {gpu or 'any GPU'}"
-                + _filters(provider, region) + (f" with >= {min_gpus} GPUs" if min_gpus > 1 else ""),
+                + _filters(provider, region)
+                + (f" with >= {min_gpus} GPUs" if min_gpus > 1 else ""),
                 source=self.provenance.path,
                 field="gpu",
             )
@@ -392,9 +396,7 @@ class PriceCatalog:
             return node.hourly_price_usd
         return self._by_gpus(node.name, node.gpu_model, node.gpu_count, node.capacity_type, provider, region)
 
-    def pool_node_hour_usd(
-        self, pool: NodePool, *, provider: str | None = None, region: str | None = None
-    ) -> float:
+    def pool_node_hour_usd(self, pool: NodePool, *, provider: str | None = None, region: str | None = None) -> float:
         """USD per hour of one node of ``pool`` (its own price if set, else catalog × GPUs)."""
         if pool.hourly_price_usd is not None:
             return pool.hourly_price_usd
@@ -464,9 +466,7 @@ def _parse(text: str, source: str) -> tuple[list[PriceEntry], list[CatalogWarnin
         if not any(cell.strip() for cell in row):
             continue  # blank line
         if len(row) != len(names):
-            raise CatalogError(
-                f"expected {len(names)} cells, found {len(row)}", source=source, line=line
-            )
+            raise CatalogError(f"expected {len(names)} cells, found {len(row)}", source=source, line=line)
         cells = {c: row[i].strip() for c, i in index.items()}
         entry = _parse_row(cells, source, line, warnings)
         key = (entry.provider, entry.region, entry.offering)
@@ -484,9 +484,7 @@ def _parse(text: str, source: str) -> tuple[list[PriceEntry], list[CatalogWarnin
     return entries, warnings
 
 
-def _parse_row(
-    cells: dict[str, str], source: str, line: int, warnings: list[CatalogWarning]
-) -> PriceEntry:
+def _parse_row(cells: dict[str, str], source: str, line: int, warnings: list[CatalogWarning]) -> PriceEntry:
     def fail(fld: str, message: str) -> CatalogError:
         return CatalogError(message, source=source, line=line, field=fld)
 

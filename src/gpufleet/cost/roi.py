@@ -292,8 +292,7 @@ def format_roi(report: Mapping[str, Any], fmt: str = "table") -> str:
         f"ROI {report['window_start']} → {report['window_end']} ({float(report['hours']):,.1f} h)",
         f"  counterfactual: {report['peak_gpus']} on-demand {report['reference_gpu']} GPUs always on "
         f"(peak demand; the fleet peaked at {report.get('fleet_peak_gpus', '?')})",
-        f"  at ${float(report['reference_usd_per_gpu_hour']):.4f}/GPU-h "
-        f"= ${float(report['counterfactual_usd']):,.2f}",
+        f"  at ${float(report['reference_usd_per_gpu_hour']):.4f}/GPU-h = ${float(report['counterfactual_usd']):,.2f}",
         f"  actual spend:   ${float(report['actual_usd']):,.2f}",
         f"  savings:        ${savings:,.2f}" + (f" ({float(pct):.1%})" if pct is not None else ""),
         "",

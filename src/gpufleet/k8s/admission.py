@@ -1,7 +1,7 @@
 """The validating admission webhook's decisions: budgets that block also block at the door.
 
 ``gpufleet up`` with ``webhook.enabled`` serves an ``admission.k8s.io/v1`` validating webhook
-(:mod:`gpufleet.control.webhook`); this module decides, without I/O: an AdmissionReview in, the
+(:mod:`gpufleet.k8s.webhook`); this module decides, without I/O: an AdmissionReview in, the
 facts the webhook read from the store and a budget-check callable in, an AdmissionReview response out.
 
 What is judged: the CREATE of a GPU Pod (of any owner, or none) or of a ``batch/v1`` Job (its pod
@@ -16,14 +16,14 @@ Denied (``allowed: false``, ``status.code`` 403, the message naming what refused
 
 1. **priority class** — ``priorityClassName: gpufleet-<class>`` (none: ``normal``, the global
    default) that the namespace's team may not use (``teams.priority_classes``, the grant the API's
-   submit checks; :func:`gpufleet.control.owners.granted_classes`);
+   submit checks; :func:`gpufleet.services.owners.granted_classes`);
 2. **own cost limit** — annotation ``gpufleet.io/cost-limit`` (dollars) below the workload's
    estimate: its GPU request on the cheapest node kind gpufleet knows that fits it, × the pods
    it runs at once, × ``gpufleet.io/estimated-runtime`` (seconds, or a Go duration such as
    ``2h`` or ``1h30m``). Cheapest, so a denial is certain: even the best placement costs more. No
    runtime (or no node kind that fits): the limit cannot be judged, the workload is allowed with a
    warning saying so;
-3. **budgets** — the API's own submit check (:func:`gpufleet.control.budgets.check_submission`,
+3. **budgets** — the API's own submit check (:func:`gpufleet.services.budgets.check_submission`,
    called by the webhook through ``check_budget``): every enabled ``block`` budget covering the
    workload's team, namespace, project, experiment or labels, the committed spend plus the
    workload's estimate against the limit, grace windows included; and a project another team owns.
@@ -54,16 +54,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gpufleet.backends.kubernetes.nodes import (
+from gpufleet.cost.budget_model import Scope
+from gpufleet.errors import InputError
+from gpufleet.k8s.adapter.nodes import (
     GF_GPU_REPLICAS,
     GF_GPU_RESOURCE,
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
     SHARED_GPU_RESOURCE,
 )
-from gpufleet.backends.kubernetes.pods import ANNOTATION_COST_LIMIT, PodFacts, pod_facts
-from gpufleet.cost.budget_model import Scope
-from gpufleet.errors import InputError
+from gpufleet.k8s.adapter.pods import ANNOTATION_COST_LIMIT, PodFacts, pod_facts
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest
 from gpufleet.model.node import CapacityType, Node, SharingMode
@@ -73,7 +73,7 @@ REVIEW_API_VERSION: Final = "admission.k8s.io/v1"
 ANNOTATION_ESTIMATED_RUNTIME: Final = "gpufleet.io/estimated-runtime"
 PRIORITY_CLASS_PREFIX: Final = "gpufleet-"
 DEFAULT_CLASS: Final = "normal"  # gpufleet-normal is the cluster's global default (gpufleet k8s policies)
-# node labels the Kubernetes backend stores (gpufleet.backends.kubernetes.nodes.GF_GPU_*)
+# node labels the Kubernetes backend stores (gpufleet.k8s.adapter.nodes.GF_GPU_*)
 NODE_GPU_RESOURCE_LABEL: Final = GF_GPU_RESOURCE
 NODE_GPU_REPLICAS_LABEL: Final = GF_GPU_REPLICAS
 WARNING_MAX: Final = 256  # the API server may truncate longer warnings
@@ -408,7 +408,7 @@ class BudgetAnswer:
     over: tuple[BudgetFigures, ...] = ()
 
 
-# team, the fields of a submit (gpufleet.control.submit.prepare_submit's) → the check's answer
+# team, the fields of a submit (gpufleet.services.submit.prepare_submit's) → the check's answer
 BudgetCheck = Callable[[str, Mapping[str, Any]], BudgetAnswer]
 
 

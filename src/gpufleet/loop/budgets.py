@@ -12,7 +12,7 @@
   timer, the throttles in force, jobs over their own ``budget_usd`` to stop, refusals at submit.
 
 A world supplies a :class:`BudgetBook`: the simulator's keeps alerts in memory over its ledger
-(:class:`LedgerBook`), the server's is the SQL store (``control/budgets.py``). Spend always comes
+(:class:`LedgerBook`), the server's is the SQL store (``services/budgets.py``). Spend always comes
 from the one priced-spend path (:func:`gpufleet.cost.spend.scope_spend_usd`).
 """
 

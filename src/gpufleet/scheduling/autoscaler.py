@@ -173,14 +173,23 @@ class Autoscaler:
                 ]
                 if not candidates or total_new >= cfg.max_new_nodes_per_cycle:
                     break
-                best = min(candidates, key=lambda ps: (ps.gpu_hour_usd if pod.gpu.count else ps.node_hour_usd,
-                                                      ps.pool.gpus_per_node, ps.pool.name))
+                best = min(
+                    candidates,
+                    key=lambda ps: (
+                        ps.gpu_hour_usd if pod.gpu.count else ps.node_hour_usd,
+                        ps.pool.gpus_per_node,
+                        ps.pool.name,
+                    ),
+                )
                 node = self._empty(best)
                 node.take(pod)
                 planned.append(node)
                 new_counts[best.pool.name] = new_counts.get(best.pool.name, 0) + 1
-                reasons.setdefault(best.pool.name, f"job {job.id} waited {now - job.submit_time:.0f}s; "
-                                   f"queue {queue_length}; cheapest fitting pool at ${best.gpu_hour_usd:.3f}/GPU-h")
+                reasons.setdefault(
+                    best.pool.name,
+                    f"job {job.id} waited {now - job.submit_time:.0f}s; "
+                    f"queue {queue_length}; cheapest fitting pool at ${best.gpu_hour_usd:.3f}/GPU-h",
+                )
                 total_new += 1
         return [ScaleUp(name, n, reasons[name]) for name, n in new_counts.items()]
 

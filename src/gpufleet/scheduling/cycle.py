@@ -215,12 +215,7 @@ class Scheduler:
         # "pure": admission can neither narrow a pod nor hold a job nor act (no quotas, no limits,
         # built-in checks only), so a job whose shape failed both before and after the EASY shadow
         # can only wait for room; and the jobs the autoscaler is told about are enough
-        pure = (
-            lazy
-            and not self.quotas
-            and not state.limits
-            and all(type(c) in _BUILTIN_CHECKS for c in self.admission)
-        )
+        pure = lazy and not self.quotas and not state.limits and all(type(c) in _BUILTIN_CHECKS for c in self.admission)
         autoscaled = self.config.autoscaler.enabled and bool(state.pools)
         wd = out.waiting._d  # the cycle fills the plain dict; the rest may be filled lazily (early stop)
         order: Iterable[Job]

@@ -98,7 +98,7 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 PAGE_SIZE = 100
 _RETRYABLE_TRANSPORT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
-# An MLflow run a job names (the server's gpufleet.control.mlflow_sync.RUN_LABEL; the SDK imports nothing of it)
+# An MLflow run a job names (the server's gpufleet.integrations.mlflow_sync.RUN_LABEL; the SDK imports nothing of it)
 MLFLOW_RUN_LABEL = "mlflow-run-id"
 MLFLOW_RUN_ENV = "MLFLOW_RUN_ID"
 _MLFLOW_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")  # the server's rule (mlflow_sync.RUN_ID)

@@ -1,7 +1,7 @@
 """Recorded jobs as a trace, so that "what if" can replay a cluster's own history.
 
 :class:`HistoryJob` is what the store recorded of a job (loaded by
-:func:`gpufleet.control.whatif.history_from_store`); :func:`trace_from_history` turns a list of them
+:func:`gpufleet.services.whatif.history_from_store`); :func:`trace_from_history` turns a list of them
 into a :class:`~gpufleet.sim.traces.base.Trace` the what-if engine (:mod:`gpufleet.sim.whatif`)
 replays. No I/O.
 """

@@ -570,9 +570,7 @@ def run_whatif(
         assumptions.append("gpu-type: durations unchanged (no per-model speed model)")
     b_nodes, b_pools = _cluster_for(shapes, None, share, catalog=cat)
     v_nodes, v_pools = _cluster_for(shapes, ch, share, on_demand_floor(trace, shapes), cat)
-    mig_nodes = any(n.sharing is SharingMode.MIG for n in v_nodes) or any(
-        p.sharing is SharingMode.MIG for p in v_pools
-    )
+    mig_nodes = any(n.sharing is SharingMode.MIG for n in v_nodes) or any(p.sharing is SharingMode.MIG for p in v_pools)
     if ch.sharing and not mig_nodes and any(tj.spec.gpu.mig_profile for tj in trace.jobs):
         assumptions.append("sharing: no node is in MIG mode; MIG requests run as their fraction of a GPU, time-sliced")
     b_trace, v_trace = _trace_for(trace, None), _trace_for(trace, ch, mig_nodes=mig_nodes)
@@ -622,6 +620,11 @@ def simulate_baseline(
     cat = catalog or PriceCatalog.load()
     b_nodes, b_pools = _cluster_for(base_shapes(trace, nodes, cat), None, 0.0, catalog=cat)
     return simulate_world(
-        _trace_for(trace, None), _profile_for(profile or Profile(), None), b_nodes, b_pools, options or SimOptions(),
-        cat, "baseline",
+        _trace_for(trace, None),
+        _profile_for(profile or Profile(), None),
+        b_nodes,
+        b_pools,
+        options or SimOptions(),
+        cat,
+        "baseline",
     )

@@ -45,7 +45,11 @@ def recommend(client: Client, job: str | None = None, team: str | None = None, w
     else:
         summary = f"Nothing to recommend for {what} over {window}."
     return Recommendations(
-        summary=summary, window=window, job=job, team=team, items=[to_recommendation(r) for r in recs],
+        summary=summary,
+        window=window,
+        job=job,
+        team=team,
+        items=[to_recommendation(r) for r in recs],
         total_monthly_savings_usd=total,
     )
 
@@ -93,16 +97,34 @@ def whatif(
         raise InputError(f"no job this token may see ran in {window}", field="window")
     hist = [
         HistoryJob(
-            j.id, j.submitted_at.timestamp(), float(j.run_seconds or 0.0), j.team, j.project, j.priority, j.gpus,
-            milli(j), j.mig, tuple(j.gpu_types), j.cpu_milli, j.memory_mib, max(1, j.pods), j.preemptible,
-            CHECKPOINT_INTERVAL_S if j.checkpoint_dir else None, dict(j.labels),
+            j.id,
+            j.submitted_at.timestamp(),
+            float(j.run_seconds or 0.0),
+            j.team,
+            j.project,
+            j.priority,
+            j.gpus,
+            milli(j),
+            j.mig,
+            tuple(j.gpu_types),
+            j.cpu_milli,
+            j.memory_mib,
+            max(1, j.pods),
+            j.preemptible,
+            CHECKPOINT_INTERVAL_S if j.checkpoint_dir else None,
+            dict(j.labels),
         )
         for j in picked
     ]
     sharing_modes = {m.value for m in SharingMode}
     nodes = [
         Node(
-            n.name, n.gpu_model, n.gpu_count, n.cpu_milli, n.memory_mib, pool=n.pool,
+            n.name,
+            n.gpu_model,
+            n.gpu_count,
+            n.cpu_milli,
+            n.memory_mib,
+            pool=n.pool,
             hourly_price_usd=n.hourly_price_usd,
             sharing=SharingMode(n.sharing) if n.sharing in sharing_modes else SharingMode.SHARED,
         )
@@ -143,9 +165,19 @@ def whatif(
     if seen is not None:
         extra.append(f"only team {seen}'s jobs are replayed, on the whole cluster")
     return WhatIfAnswer(
-        summary=summary, change=ch.text, scope=scope_of(seen), window_start=start, window_end=end, jobs=len(picked),
-        baseline_nodes=result.baseline_nodes, baseline=b, variant=v, savings_usd=result.savings_usd,
-        savings_pct=result.savings_pct, lower_bound_usd=result.lower_bound_usd, method=method,
+        summary=summary,
+        change=ch.text,
+        scope=scope_of(seen),
+        window_start=start,
+        window_end=end,
+        jobs=len(picked),
+        baseline_nodes=result.baseline_nodes,
+        baseline=b,
+        variant=v,
+        savings_usd=result.savings_usd,
+        savings_pct=result.savings_pct,
+        lower_bound_usd=result.lower_bound_usd,
+        method=method,
         assumptions=[*result.assumptions, *extra],
     )
 

@@ -149,15 +149,18 @@ def compare_configurations(
         if tf is None:
             raise InputError(f"no throughput figure for {model}", field=f"configs[{i}].gpu_type")
         notes: list[str] = []
-        hours = ref_hours * (tf_ref / tf) * (
-            parallel_speedup(ref_gpus, scaling_efficiency) / parallel_speedup(c.gpus, scaling_efficiency)
+        hours = (
+            ref_hours
+            * (tf_ref / tf)
+            * (parallel_speedup(ref_gpus, scaling_efficiency) / parallel_speedup(c.gpus, scaling_efficiency))
         )
         if c.batch_size is not None and reference_batch_size is not None and measured_util_pct is not None:
             u_new = measured_util_pct * c.batch_size / reference_batch_size
             u_new = min(max(u_new, 1.0), max(MAX_BATCH_UTIL_PCT, measured_util_pct))
             hours *= measured_util_pct / u_new
-            notes.append(f"batch {c.batch_size} vs {reference_batch_size}: utilization {measured_util_pct:.0f} → "
-                         f"{u_new:.0f} %")
+            notes.append(
+                f"batch {c.batch_size} vs {reference_batch_size}: utilization {measured_util_pct:.0f} → {u_new:.0f} %"
+            )
         elif c.batch_size is not None and c.batch_size != reference_batch_size:
             notes.append("batch size not priced: needs reference_batch_size and measured_util_pct")
         if c.spot:
@@ -167,11 +170,21 @@ def compare_configurations(
             p *= multiplier if multiplier is not None else 1.0
             src += " × off-peak"
         cost = c.gpus * hours * p
-        estimates.append(ConfigurationEstimate(
-            gpu_type=model, gpus=c.gpus, batch_size=c.batch_size, spot=c.spot, off_peak=c.off_peak,
-            hours=significant(hours), usd_per_gpu_hour=rounded(p), cost_usd=rounded(cost), price_source=src,
-            vs_reference_pct=rounded((cost / ref_cost - 1.0) * 100.0, 2) if ref_cost > 0 else None, notes=notes,
-        ))
+        estimates.append(
+            ConfigurationEstimate(
+                gpu_type=model,
+                gpus=c.gpus,
+                batch_size=c.batch_size,
+                spot=c.spot,
+                off_peak=c.off_peak,
+                hours=significant(hours),
+                usd_per_gpu_hour=rounded(p),
+                cost_usd=rounded(cost),
+                price_source=src,
+                vs_reference_pct=rounded((cost / ref_cost - 1.0) * 100.0, 2) if ref_cost > 0 else None,
+                notes=notes,
+            )
+        )
     estimates.sort(key=lambda e: (e.cost_usd, e.hours))
     assumptions[:0] = [
         "projections, not measurements: every configuration is scaled from one reference run",
@@ -196,8 +209,14 @@ def compare_configurations(
     )
     return ConfigurationComparison(
         summary=summary,
-        reference=Reference(gpu_type=ref_type, gpus=ref_gpus, batch_size=reference_batch_size,
-                            hours=significant(ref_hours), source=source, cost_usd=rounded(ref_cost)),
+        reference=Reference(
+            gpu_type=ref_type,
+            gpus=ref_gpus,
+            batch_size=reference_batch_size,
+            hours=significant(ref_hours),
+            source=source,
+            cost_usd=rounded(ref_cost),
+        ),
         estimates=estimates,
         assumptions=assumptions,
     )

@@ -96,9 +96,7 @@ def cost_analysis(
     spend = sum((c for _, c, _ in per_job.values()), Decimal(0))
     idle = to_decimal(rep.idle.total_cost_usd)
     fleet = to_decimal(rep.totals.total_cost_usd)
-    allocated = (
-        100.0 * (1.0 - rep.idle.gpu_hours / rep.totals.gpu_hours) if rep.totals.gpu_hours > 0 else None
-    )
+    allocated = 100.0 * (1.0 - rep.idle.gpu_hours / rep.totals.gpu_hours) if rep.totals.gpu_hours > 0 else None
 
     recs = [r for r in client.recommendations(window) if team is None or r.team == team]
     flags: dict[str, RecommendationOut] = {}
@@ -159,13 +157,21 @@ def cost_analysis(
             name, jteam, state, gpus = "", team or "", "UNKNOWN", 0.0
         top_jobs.append(
             JobCost(
-                job_id=job_id, name=name, team=jteam, state=state, group=g, gpus=gpus,
-                cost_usd=float(cost), usd_per_day=rounded(float(cost) / days), gpu_hours=rounded(gh),
+                job_id=job_id,
+                name=name,
+                team=jteam,
+                state=state,
+                group=g,
+                gpus=gpus,
+                cost_usd=float(cost),
+                usd_per_day=rounded(float(cost) / days),
+                gpu_hours=rounded(gh),
             )
         )
     flagged_out = [
-        FlaggedJob(job_id=j, kind=r.kind, mean_util_pct=_util_of(r), monthly_savings_usd=r.monthly_savings_usd,
-                   action=r.action)
+        FlaggedJob(
+            job_id=j, kind=r.kind, mean_util_pct=_util_of(r), monthly_savings_usd=r.monthly_savings_usd, action=r.action
+        )
         for j, r in sorted(flags.items(), key=lambda kv: -kv[1].monthly_savings_usd)
     ]
 
@@ -214,8 +220,12 @@ def cost_analysis(
 
 def _line(c: CostLineOut) -> CostLine:
     return CostLine(
-        key=c.key, gpu_hours=c.gpu_hours, gpu_cost_usd=c.gpu_cost_usd, cpu_cost_usd=c.cpu_cost_usd,
-        memory_cost_usd=c.memory_cost_usd, total_cost_usd=c.total_cost_usd,
+        key=c.key,
+        gpu_hours=c.gpu_hours,
+        gpu_cost_usd=c.gpu_cost_usd,
+        cpu_cost_usd=c.cpu_cost_usd,
+        memory_cost_usd=c.memory_cost_usd,
+        total_cost_usd=c.total_cost_usd,
     )
 
 
@@ -303,19 +313,44 @@ def diagnose_anomaly(
                     name, jteam, state = j.name, j.team, j.state
                 except NotFoundError:
                     name, jteam, state = "", "", "UNKNOWN"
-                jobs.append(SpikeJob(
-                    job_id=c.key, name=name, team=jteam, state=state, spend_usd=c.spend_usd,
-                    baseline_usd=c.baseline_usd, increase_usd=c.increase_usd, share_of_increase=c.share_of_increase,
-                    recommendations=by_job.get(c.key, []),
-                ))
+                jobs.append(
+                    SpikeJob(
+                        job_id=c.key,
+                        name=name,
+                        team=jteam,
+                        state=state,
+                        spend_usd=c.spend_usd,
+                        baseline_usd=c.baseline_usd,
+                        increase_usd=c.increase_usd,
+                        share_of_increase=c.share_of_increase,
+                        recommendations=by_job.get(c.key, []),
+                    )
+                )
             elif c.dimension == "team":
-                teams.append(SpikeTeam(team=c.key, spend_usd=c.spend_usd, baseline_usd=c.baseline_usd,
-                                       increase_usd=c.increase_usd, share_of_increase=c.share_of_increase))
-        spikes.append(Spike(
-            day=a.day, scope=a.scope, spend_usd=a.spend_usd, baseline_usd=a.baseline_usd, increase_usd=a.increase_usd,
-            increase_pct=a.increase_pct if math.isfinite(a.increase_pct) else 1e9, action=a.action,
-            savings_usd_per_day=a.savings_usd_per_day, message=a.message, jobs=jobs, teams=teams,
-        ))
+                teams.append(
+                    SpikeTeam(
+                        team=c.key,
+                        spend_usd=c.spend_usd,
+                        baseline_usd=c.baseline_usd,
+                        increase_usd=c.increase_usd,
+                        share_of_increase=c.share_of_increase,
+                    )
+                )
+        spikes.append(
+            Spike(
+                day=a.day,
+                scope=a.scope,
+                spend_usd=a.spend_usd,
+                baseline_usd=a.baseline_usd,
+                increase_usd=a.increase_usd,
+                increase_pct=a.increase_pct if math.isfinite(a.increase_pct) else 1e9,
+                action=a.action,
+                savings_usd_per_day=a.savings_usd_per_day,
+                message=a.message,
+                jobs=jobs,
+                teams=teams,
+            )
+        )
     who = "all teams" if team is None else f"team {team}"
     if not spikes:
         summary = (
@@ -325,7 +360,8 @@ def diagnose_anomaly(
     else:
         s = spikes[0]
         behind = [
-            f"job {j.job_id}" + (f" ({j.name}, {j.state})" if j.name else f" ({j.state})")
+            f"job {j.job_id}"
+            + (f" ({j.name}, {j.state})" if j.name else f" ({j.state})")
             + f" +{usd(j.increase_usd)} ({j.share_of_increase:.0%})"
             for j in s.jobs
         ] or [f"team {t.team} +{usd(t.increase_usd)} ({t.share_of_increase:.0%})" for t in s.teams]
@@ -341,6 +377,10 @@ def diagnose_anomaly(
         if len(spikes) > 1:
             summary += f" {len(spikes) - 1} earlier anomal{'ies' if len(spikes) > 2 else 'y'} listed too."
     return AnomalyDiagnosis(
-        summary=summary, scope=scope_of(team), days=days, threshold=threshold, min_increase_usd=min_increase_usd,
+        summary=summary,
+        scope=scope_of(team),
+        days=days,
+        threshold=threshold,
+        min_increase_usd=min_increase_usd,
         anomalies=spikes,
     )

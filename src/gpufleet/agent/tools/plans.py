@@ -46,8 +46,13 @@ def check_budget_for_plan(
 
     def check(g: int, h: float, types: Sequence[str]) -> Any:
         return client.check_budget(
-            command=["true"], name="mcp-plan", team=team, gpus=g, gpu_types=list(types),
-            estimated_runtime_s=h * 3600.0, preemptible=spot,
+            command=["true"],
+            name="mcp-plan",
+            team=team,
+            gpus=g,
+            gpu_types=list(types),
+            estimated_runtime_s=h * 3600.0,
+            preemptible=spot,
         )
 
     base = check(gpus, hours, [model] if model else [])
@@ -57,8 +62,15 @@ def check_budget_for_plan(
     if model is None:  # the model whose nodes set the API's price (the dearest the job may use)
         model = next((m for m, p in sorted(od_prices.items()) if abs(p - price) < 1e-6), None)
     lines = [
-        BudgetLine(name=b.name, scope=b.scope, action=b.action, limit_usd=b.limit_usd, committed_usd=b.committed_usd,
-                   remaining_usd=b.remaining_usd, fits=b.fits)
+        BudgetLine(
+            name=b.name,
+            scope=b.scope,
+            action=b.action,
+            limit_usd=b.limit_usd,
+            committed_usd=b.committed_usd,
+            remaining_usd=b.remaining_usd,
+            fits=b.fits,
+        )
         for b in base.budgets
     ]
     tight = min(base.budgets, key=lambda b: b.remaining_usd - base.job_cost_usd, default=None)
@@ -67,12 +79,29 @@ def check_budget_for_plan(
     over = rounded(forecast - rem) if rem is not None and forecast > rem else None
     notes: list[str] = []
 
-    def option(kind: PlanKind, description: str, g: int, m: str | None, h: float, on_spot: bool, cost: float,
-               projection: bool, basis: str) -> PlanOption:
+    def option(
+        kind: PlanKind,
+        description: str,
+        g: int,
+        m: str | None,
+        h: float,
+        on_spot: bool,
+        cost: float,
+        projection: bool,
+        basis: str,
+    ) -> PlanOption:
         return PlanOption(
-            kind=kind, description=description, gpus=g, gpu_type=m, hours=significant(h), spot=on_spot,
-            cost_usd=rounded(cost), saving_usd=rounded(forecast - cost),
-            fits=None if rem is None else cost <= rem + 1e-9, projection=projection, basis=basis,
+            kind=kind,
+            description=description,
+            gpus=g,
+            gpu_type=m,
+            hours=significant(h),
+            spot=on_spot,
+            cost_usd=rounded(cost),
+            saving_usd=rounded(forecast - cost),
+            fits=None if rem is None else cost <= rem + 1e-9,
+            projection=projection,
+            basis=basis,
         )
 
     options: list[PlanOption] = []
@@ -160,18 +189,34 @@ def check_budget_for_plan(
             f"{usd((rem or 0.0) - forecast)} after it."
         )
     if options:
-        summary += " Options: " + "; ".join(
-            f"{_short(o)}: {usd(o.cost_usd)}"
-            + (" (fits)" if o.fits else "")
-            + (" [projection]" if o.projection else "")
-            for o in options
-        ) + "."
+        summary += (
+            " Options: "
+            + "; ".join(
+                f"{_short(o)}: {usd(o.cost_usd)}"
+                + (" (fits)" if o.fits else "")
+                + (" [projection]" if o.projection else "")
+                for o in options
+            )
+            + "."
+        )
     return BudgetPlanCheck(
-        summary=summary, team=team if team is not None else client.whoami().team, gpus=gpus, gpu_type=model,
-        hours=hours, spot=spot, forecast_usd=forecast,
-        usd_per_gpu_hour=price, spot_forecast_usd=spot_forecast, fits=base.fits, blocked=base.blocked,
-        tightest_budget=tight.name if tight else None, remaining_usd=rem, over_by_usd=over, budgets=lines,
-        options=options, notes=notes,
+        summary=summary,
+        team=team if team is not None else client.whoami().team,
+        gpus=gpus,
+        gpu_type=model,
+        hours=hours,
+        spot=spot,
+        forecast_usd=forecast,
+        usd_per_gpu_hour=price,
+        spot_forecast_usd=spot_forecast,
+        fits=base.fits,
+        blocked=base.blocked,
+        tightest_budget=tight.name if tight else None,
+        remaining_usd=rem,
+        over_by_usd=over,
+        budgets=lines,
+        options=options,
+        notes=notes,
     )
 
 

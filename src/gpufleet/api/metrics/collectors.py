@@ -41,8 +41,6 @@ from prometheus_client.registry import Collector
 
 from gpufleet.api.context import ApiContext
 from gpufleet.api.metrics.audience import EVERYTHING, Audience, Owners
-from gpufleet.backends.kubernetes.objects import CONTAINER_NAME
-from gpufleet.control.budgets import scope_spend
 from gpufleet.cost.budget_status import budget_status, enforcing
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.ledger import SHARE_UNITS
@@ -52,7 +50,9 @@ from gpufleet.cost.rules import apply_rules
 from gpufleet.cost.spend import spend_report
 from gpufleet.errors import GpufleetError
 from gpufleet.io.catalog import load_catalog
+from gpufleet.k8s.adapter.objects import CONTAINER_NAME
 from gpufleet.scheduling.estimate import ROOM_WAITS
+from gpufleet.services.budgets import scope_spend
 from gpufleet.store import repo
 from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.store.repo import scrape

@@ -16,7 +16,12 @@ from sqlalchemy.orm import Session
 from gpufleet.api.auth import Principal, require_admin
 from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, SCOPED, Caller, Ctx
 from gpufleet.api.problems import input_at
-from gpufleet.control.budgets import (
+from gpufleet.cost.budget_model import Budget
+from gpufleet.cost.budget_status import check_block
+from gpufleet.cost.job_estimate import estimate_job_cost
+from gpufleet.errors import NotFoundError
+from gpufleet.notify.channels import masked, public_channel
+from gpufleet.services.budgets import (
     budget_from_in,
     budget_status_out,
     budgets_covering,
@@ -24,12 +29,7 @@ from gpufleet.control.budgets import (
     committed_spend,
     gpu_hour_price,
 )
-from gpufleet.control.submit import prepare_submit
-from gpufleet.cost.budget_model import Budget
-from gpufleet.cost.budget_status import check_block
-from gpufleet.cost.job_estimate import estimate_job_cost
-from gpufleet.errors import NotFoundError
-from gpufleet.notify.channels import masked, public_channel
+from gpufleet.services.submit import prepare_submit
 from gpufleet.store.models import BudgetRow
 from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.wire import (

@@ -26,11 +26,11 @@ from gpufleet.api.context import ApiContext, JobLogs
 from gpufleet.api.deps import AUTHED, READ_ONE, WRITE_ONE, Caller, Ctx, Metrics
 from gpufleet.api.problems import input_at, problem_response
 from gpufleet.api.render import event_out, job_out
-from gpufleet.control import jobs as jobs_service  # owners, budgets, insert; cancel
-from gpufleet.control.submit import prepare_submit
 from gpufleet.cost.budget_status import BudgetExceededError
 from gpufleet.errors import GpufleetError, InputError, NotFoundError
 from gpufleet.model.job import JobState
+from gpufleet.services import jobs as jobs_service  # owners, budgets, insert; cancel
+from gpufleet.services.submit import prepare_submit
 from gpufleet.store import repo
 from gpufleet.store.models import JobRow
 from gpufleet.wire import FieldError, JobEventOut, JobOut, JobPage, JobSubmit
@@ -512,8 +512,14 @@ async def _follow_file(
 
 
 def _other_logs(
-    ctx: ApiContext, source: JobLogs, request: Request, job_id: str, offset: int, follow: bool,
-    token_id: str, slot: _Slot | None,
+    ctx: ApiContext,
+    source: JobLogs,
+    request: Request,
+    job_id: str,
+    offset: int,
+    follow: bool,
+    token_id: str,
+    slot: _Slot | None,
 ) -> Response:
     """A job's output from a source that is not the server's files (Kubernetes: its pods' logs)."""
     try:
@@ -557,8 +563,9 @@ def _other_logs(
         finally:
             cancelled.set()  # the client went away: the reading thread stops at its next read timeout
 
-    return _FollowResponse(stream(), slot, media_type="text/plain; charset=utf-8",
-                           headers={"X-Content-Type-Options": "nosniff"})
+    return _FollowResponse(
+        stream(), slot, media_type="text/plain; charset=utf-8", headers={"X-Content-Type-Options": "nosniff"}
+    )
 
 
 @router.get(
@@ -601,7 +608,10 @@ async def job_logs(
         refusal = slots.acquire(who.token_id)
         if refusal is not None:
             return problem_response(
-                429, "too_many_follows", refusal, instance=request.url.path,
+                429,
+                "too_many_follows",
+                refusal,
+                instance=request.url.path,
                 headers={"Retry-After": str(_RETRY_AFTER_S)},
             )
         slot = _Slot(slots, who.token_id)
@@ -628,7 +638,8 @@ async def _job_logs(
         if offset > size:
             return _offset_past_end(request, offset, size)
         return StreamingResponse(
-            _read_pieces(path, pieces), media_type="text/plain; charset=utf-8",
+            _read_pieces(path, pieces),
+            media_type="text/plain; charset=utf-8",
             headers=_read_headers(request, size, next_offset),
         )
     size = _size(path)
@@ -636,6 +647,8 @@ async def _job_logs(
         return _offset_past_end(request, offset, size)
     # following an ended job sends what there is (holes skipped) and ends
     return _FollowResponse(
-        _follow_file(ctx, request, job_id, who.token_id, offset, terminal), slot,
-        media_type="text/plain; charset=utf-8", headers={"X-Content-Type-Options": "nosniff", "X-Log-Size": str(size)},
+        _follow_file(ctx, request, job_id, who.token_id, offset, terminal),
+        slot,
+        media_type="text/plain; charset=utf-8",
+        headers={"X-Content-Type-Options": "nosniff", "X-Log-Size": str(size)},
     )

@@ -12,7 +12,7 @@ from gpufleet.api.auth import Principal
 from gpufleet.api.context import ApiContext
 from gpufleet.api.deps import AUTHED, READ_ONE, Caller, Ctx
 from gpufleet.api.problems import input_at
-from gpufleet.control import proposals as service
+from gpufleet.services import proposals as service
 from gpufleet.wire import ProposalApprove, ProposalIn, ProposalOut, ProposalReject, ProposalState
 
 router = APIRouter(prefix="/v1/proposals", tags=["proposals"])

@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session
 from gpufleet.api.auth import require_admin
 from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, Caller, Ctx
 from gpufleet.api.problems import input_at
-from gpufleet.control import owners
 from gpufleet.errors import InputError, NotFoundError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
+from gpufleet.services import owners
 from gpufleet.store import repo
 from gpufleet.store.models import Team
 from gpufleet.wire import NAME, TeamIn, TeamOut

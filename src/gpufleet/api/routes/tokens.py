@@ -10,7 +10,7 @@ from gpufleet.api.auth import TokenCache, require_admin
 from gpufleet.api.deps import ADMIN, Caller, Ctx
 from gpufleet.api.problems import input_at
 from gpufleet.api.render import token_out
-from gpufleet.control import owners
+from gpufleet.services import owners
 from gpufleet.store import repo
 from gpufleet.wire import NAME, Role, TokenCreate, TokenCreated, TokenOut
 

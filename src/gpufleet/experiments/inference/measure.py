@@ -251,7 +251,12 @@ def staged_batches(x: np.ndarray, batch: int, precision: Precision, device: str)
 
 
 def closed_loop(
-    module: nn.Module, batches: Sequence[torch.Tensor], duration_s: float, warmup_s: float, *, sync: bool,
+    module: nn.Module,
+    batches: Sequence[torch.Tensor],
+    duration_s: float,
+    warmup_s: float,
+    *,
+    sync: bool,
     min_batches: int = 20,
 ) -> tuple[list[float], int, float, float]:
     """(per-batch latencies in s, inferences, wall s, process CPU s) of a closed loop."""
@@ -345,8 +350,14 @@ def measure_grid(
             batches = staged_batches(trained.data.x_test, batch, precision, dev.torch_device)
             closed_loop(module, batches, 0.0, warmup_s, sync=on_cuda, min_batches=1)  # warm up
             prepared.append(
-                _Prepared(batch, precision, module, batches, float((pred == y).float().mean()),
-                          float((pred == reference).float().mean()))
+                _Prepared(
+                    batch,
+                    precision,
+                    module,
+                    batches,
+                    float((pred == y).float().mean()),
+                    float((pred == reference).float().mean()),
+                )
             )
         for _ in range(rounds):
             for c in prepared:
@@ -357,9 +368,25 @@ def measure_grid(
                 c.cpu += cpu
     out = [
         Measurement(
-            dev.torch_device, dev.name, dev.gpu_model, c.batch, c.precision, held, c.wall, len(c.lat), c.n,
-            c.n / c.wall, percentile_ms(c.lat, 50), percentile_ms(c.lat, 99), float(np.mean(c.lat)) * 1000.0,
-            c.accuracy, c.cpu, c.cpu / (c.wall * held), price, c.lat, c.agreement,
+            dev.torch_device,
+            dev.name,
+            dev.gpu_model,
+            c.batch,
+            c.precision,
+            held,
+            c.wall,
+            len(c.lat),
+            c.n,
+            c.n / c.wall,
+            percentile_ms(c.lat, 50),
+            percentile_ms(c.lat, 99),
+            float(np.mean(c.lat)) * 1000.0,
+            c.accuracy,
+            c.cpu,
+            c.cpu / (c.wall * held),
+            price,
+            c.lat,
+            c.agreement,
         )
         for c in prepared
     ]
@@ -379,8 +406,16 @@ def measure(
 ) -> Measurement:
     """Measure one configuration in this process (see the module docstring);
     :class:`UnsupportedConfig` when the device cannot run it."""
-    got, skipped = measure_grid(trained, dev, [(batch, precision)], duration_s=duration_s, warmup_s=warmup_s,
-                                threads=threads, price=price, rounds=1)
+    got, skipped = measure_grid(
+        trained,
+        dev,
+        [(batch, precision)],
+        duration_s=duration_s,
+        warmup_s=warmup_s,
+        threads=threads,
+        price=price,
+        rounds=1,
+    )
     if not got:
         raise UnsupportedConfig(skipped[0]["reason"])
     return got[0]
@@ -568,8 +603,13 @@ class WorkerPool:
             raise RuntimeError(f"worker {i}: expected {what!r}, got {msg[0]!r}")
         return msg[1]
 
-    def closed(self, assignments: Sequence[tuple[int, str, tuple[int, ...]]], precision: Precision, batch: int,
-               duration_s: float) -> list[dict[str, Any]]:
+    def closed(
+        self,
+        assignments: Sequence[tuple[int, str, tuple[int, ...]]],
+        precision: Precision,
+        batch: int,
+        duration_s: float,
+    ) -> list[dict[str, Any]]:
         """Closed loops on the workers named by ``assignments`` ((worker, device, cores)), started
         together; their results in that order."""
         for i, device, cores in assignments:
@@ -697,8 +737,14 @@ def run_sharing(
         d0 = dev.torch_device
         h1 = c1 if c1 is not None else c0
         layouts.append(("alone", f"1 process on {d0} (host thread on core {c0})", 1, [(0, d0, (c0,))]))
-        layouts.append(("shared", f"2 processes on {d0} (time-sliced; host threads on cores {c0}, {h1})", 1,
-                        [(0, d0, (c0,)), (1, d0, (h1,))]))
+        layouts.append(
+            (
+                "shared",
+                f"2 processes on {d0} (time-sliced; host threads on cores {c0}, {h1})",
+                1,
+                [(0, d0, (c0,)), (1, d0, (h1,))],
+            )
+        )
         if dev.gpu_count > 1:
             other = "cuda:1" if d0 != "cuda:1" else "cuda:0"
             layouts.append(("one-each", f"2 processes on {d0} and {other}", 2, [(0, d0, (c0,)), (1, other, (h1,))]))
@@ -723,9 +769,15 @@ def run_sharing(
             ]
             runs.append(
                 SharingRun(
-                    mode, placement, held, workers, sum(r["inferences"] / r["wall_s"] for r in res),
-                    percentile_ms(all_lat, 50), percentile_ms(all_lat, 99),
-                    sum(r["cpu_s"] for r in res) / (wall * held), unit_price.times(held, units_label(dev, held)),
+                    mode,
+                    placement,
+                    held,
+                    workers,
+                    sum(r["inferences"] / r["wall_s"] for r in res),
+                    percentile_ms(all_lat, 50),
+                    percentile_ms(all_lat, 99),
+                    sum(r["cpu_s"] for r in res) / (wall * held),
+                    unit_price.times(held, units_label(dev, held)),
                 )
             )
     return SharingResult(batch, precision, runs, notes)

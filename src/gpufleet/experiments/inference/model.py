@@ -151,7 +151,13 @@ def train(
     finally:
         torch.set_num_threads(threads)
     return TrainedModel(
-        model, data, seed, epochs, tuple(hidden), seconds, train_acc,
+        model,
+        data,
+        seed,
+        epochs,
+        tuple(hidden),
+        seconds,
+        train_acc,
         info={"parameters": sum(p.numel() for p in model.parameters()), "torch": torch.__version__},
     )
 

@@ -61,9 +61,17 @@ def tables(res: InferenceResult) -> list[Table]:
             ("STEP", "CONFIG", "INF/S", "P50 MS", "P99 MS", "ACCURACY", "ΔPP", "$/1K", "SAVED", "CUM.", "STATUS"),
             [
                 [
-                    s.name, s.config, num(s.throughput), ms(s.p50_ms), ms(s.p99_ms), acc(s.accuracy),
-                    "–" if s.accuracy_change_pp is None else f"{s.accuracy_change_pp:+.2f}", usd(s.usd_per_1k),
-                    pct(s.step_saving_pct), pct(s.cumulative_saving_pct), s.status,
+                    s.name,
+                    s.config,
+                    num(s.throughput),
+                    ms(s.p50_ms),
+                    ms(s.p99_ms),
+                    acc(s.accuracy),
+                    "–" if s.accuracy_change_pp is None else f"{s.accuracy_change_pp:+.2f}",
+                    usd(s.usd_per_1k),
+                    pct(s.step_saving_pct),
+                    pct(s.cumulative_saving_pct),
+                    s.status,
                 ]
                 for s in sc.steps
             ],
@@ -77,9 +85,16 @@ def tables(res: InferenceResult) -> list[Table]:
             ("DEVICE", "BATCH", "PRECISION", "INF/S", "P50 MS", "P99 MS", "ACCURACY", "CPU FRAC", "INF/CPU-S", "$/1K"),
             [
                 [
-                    m.device, str(m.batch), m.precision.upper(), num(m.throughput), ms(m.p50_ms), ms(m.p99_ms),
-                    acc(m.accuracy), num(m.cpu_fraction, 2),
-                    num(m.inferences / m.cpu_seconds) if m.cpu_seconds > 0 else "–", usd(m.usd_per_1k),
+                    m.device,
+                    str(m.batch),
+                    m.precision.upper(),
+                    num(m.throughput),
+                    ms(m.p50_ms),
+                    ms(m.p99_ms),
+                    acc(m.accuracy),
+                    num(m.cpu_fraction, 2),
+                    num(m.inferences / m.cpu_seconds) if m.cpu_seconds > 0 else "–",
+                    usd(m.usd_per_1k),
                 ]
                 for m in [*res.grid, *res.extra]
             ],
@@ -94,9 +109,14 @@ def tables(res: InferenceResult) -> list[Table]:
                 "INT8 (dynamic quantization) against FP32: held-out accuracy",
                 ("BATCH", "FP32", "INT8", "CHANGE (pp)", "SAME PREDICTION AS FP32", "INT8 SPEED ÷ FP32"),
                 [
-                    [str(c["batch"]), acc(c["fp32_accuracy"]), acc(c["int8_accuracy"]), f"{c['change_pp']:+.2f}",
-                     acc(c["agreement_with_fp32"]),
-                     "–" if c["throughput_ratio"] is None else f"{c['throughput_ratio']:.2f}×"]
+                    [
+                        str(c["batch"]),
+                        acc(c["fp32_accuracy"]),
+                        acc(c["int8_accuracy"]),
+                        f"{c['change_pp']:+.2f}",
+                        acc(c["agreement_with_fp32"]),
+                        "–" if c["throughput_ratio"] is None else f"{c['throughput_ratio']:.2f}×",
+                    ]
                     for c in changes
                 ],
                 (0, 1, 2, 3, 4, 5),
@@ -117,9 +137,15 @@ def tables(res: InferenceResult) -> list[Table]:
                 ("MODE", "PLACEMENT", "TOTAL INF/S", "PER WORKLOAD", "P50 MS", "P99 MS", "CPU FRAC", "BILLED", "$/1K"),
                 [
                     [
-                        r.mode, r.placement, num(r.aggregate_throughput),
-                        " / ".join(num(w["throughput_per_s"]) for w in r.workers), ms(r.p50_ms), ms(r.p99_ms),
-                        num(r.cpu_fraction, 2), r.price.unit, usd(r.usd_per_1k),
+                        r.mode,
+                        r.placement,
+                        num(r.aggregate_throughput),
+                        " / ".join(num(w["throughput_per_s"]) for w in r.workers),
+                        ms(r.p50_ms),
+                        ms(r.p99_ms),
+                        num(r.cpu_fraction, 2),
+                        r.price.unit,
+                        usd(r.usd_per_1k),
                     ]
                     for r in sh.runs
                 ],
@@ -135,8 +161,15 @@ def tables(res: InferenceResult) -> list[Table]:
                 ("RATE/S", "REPLICAS", "SOURCE", "ANSWERED", "P50 MS", "P99 MS", "MEAN BATCH", "UTIL", "SLO", "$/1K"),
                 [
                     [
-                        num(p.rate), str(p.replicas), p.source, f"{p.answered}/{p.requests}", ms(p.p50_ms),
-                        ms(p.p99_ms), num(p.mean_batch, 2), num(p.utilization, 2), "meets" if p.meets_slo else "misses",
+                        num(p.rate),
+                        str(p.replicas),
+                        p.source,
+                        f"{p.answered}/{p.requests}",
+                        ms(p.p50_ms),
+                        ms(p.p99_ms),
+                        num(p.mean_batch, 2),
+                        num(p.utilization, 2),
+                        "meets" if p.meets_slo else "misses",
                         usd(p.usd_per_1k),
                     ]
                     for p in sg.points
@@ -290,8 +323,10 @@ def _text(x: float, y: float, s: str, anchor: str = "middle", extra: str = "") -
 
 
 def _svg_bars(bars: Sequence[tuple[str, float, str]], x0: int, y0: int, w: int, h: int) -> list[str]:
-    out = [_text(x0 + w / 2, y0 - 18, "Challenge: $ per 1,000 inferences by step", extra='font-weight="bold"'),
-           _text(x0 + w / 2, y0 - 5, "green kept · red rejected · grey projected (price only)")]
+    out = [
+        _text(x0 + w / 2, y0 - 18, "Challenge: $ per 1,000 inferences by step", extra='font-weight="bold"'),
+        _text(x0 + w / 2, y0 - 5, "green kept · red rejected · grey projected (price only)"),
+    ]
     out.append(f'<line x1="{x0}" y1="{y0 + h}" x2="{x0 + w}" y2="{y0 + h}" stroke="black"/>')
     out.append(f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y0 + h}" stroke="black"/>')
     if not bars:
@@ -316,8 +351,10 @@ def _svg_bars(bars: Sequence[tuple[str, float, str]], x0: int, y0: int, w: int, 
 
 
 def _svg_lines(lines: dict[str, list[tuple[int, float]]], x0: int, y0: int, w: int, h: int, title: str) -> list[str]:
-    out = [_text(x0 + w / 2, y0 - 18, "Throughput (inferences/s) by batch size", extra='font-weight="bold"'),
-           _text(x0 + w / 2, y0 - 5, title)]
+    out = [
+        _text(x0 + w / 2, y0 - 18, "Throughput (inferences/s) by batch size", extra='font-weight="bold"'),
+        _text(x0 + w / 2, y0 - 5, title),
+    ]
     out.append(f'<line x1="{x0}" y1="{y0 + h}" x2="{x0 + w}" y2="{y0 + h}" stroke="black"/>')
     out.append(f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y0 + h}" stroke="black"/>')
     pts = [p for v in lines.values() for p in v]

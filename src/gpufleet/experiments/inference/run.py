@@ -121,12 +121,17 @@ def int8_accuracy_changes(grid: Sequence[Measurement]) -> list[dict[str, Any]]:
         fp = by.get((dev, b, "fp32"))
         if p != "int8" or fp is None:
             continue
-        out.append({
-            "device": dev, "batch": b, "fp32_accuracy": round(fp.accuracy, 4), "int8_accuracy": round(m.accuracy, 4),
-            "change_pp": round(100.0 * (m.accuracy - fp.accuracy), 2),
-            "agreement_with_fp32": None if m.agreement is None else round(m.agreement, 4),
-            "throughput_ratio": round(m.throughput / fp.throughput, 3) if fp.throughput else None,
-        })
+        out.append(
+            {
+                "device": dev,
+                "batch": b,
+                "fp32_accuracy": round(fp.accuracy, 4),
+                "int8_accuracy": round(m.accuracy, 4),
+                "change_pp": round(100.0 * (m.accuracy - fp.accuracy), 2),
+                "agreement_with_fp32": None if m.agreement is None else round(m.agreement, 4),
+                "throughput_ratio": round(m.throughput / fp.throughput, 3) if fp.throughput else None,
+            }
+        )
     return out
 
 
@@ -171,24 +176,45 @@ def run_inference_experiment(
     price = device_price(dev, cfg, catalog, cfg.threads)
     configs = [(b, p) for p in precisions for b in cfg.batches]
     say(f"measuring {len(configs)} configurations on {dev.torch_device}, {cfg.duration_s:g} s each, interleaved …")
-    grid, skipped = measure_grid(trained, dev, configs, duration_s=cfg.duration_s, warmup_s=cfg.warmup_s,
-                                 threads=cfg.threads, price=price, rounds=cfg.rounds)
+    grid, skipped = measure_grid(
+        trained,
+        dev,
+        configs,
+        duration_s=cfg.duration_s,
+        warmup_s=cfg.warmup_s,
+        threads=cfg.threads,
+        price=price,
+        rounds=cfg.rounds,
+    )
     extra: list[Measurement] = []
     projections: list[tuple[str, DevicePrice]] = []
     if dev.kind == "cuda":  # pragma: no cover - needs a GPU
         cpu = resolve_device("cpu")
         say(f"measuring the CPU at batch {cfg.scenario_batch} (the device step) …")
-        extra, _ = measure_grid(trained, cpu, [(cfg.scenario_batch, p) for p in CPU_PRECISIONS],
-                                duration_s=cfg.duration_s, warmup_s=cfg.warmup_s, threads=cfg.threads,
-                                price=cpu_price(cfg.threads, cfg.usd_per_vcpu_hour), rounds=cfg.rounds)
+        extra, _ = measure_grid(
+            trained,
+            cpu,
+            [(cfg.scenario_batch, p) for p in CPU_PRECISIONS],
+            duration_s=cfg.duration_s,
+            warmup_s=cfg.warmup_s,
+            threads=cfg.threads,
+            price=cpu_price(cfg.threads, cfg.usd_per_vcpu_hour),
+            rounds=cfg.rounds,
+        )
     for gpu in cfg.project_gpus:
         if dev.gpu_model is not None and gpu.upper() == dev.gpu_model.upper():
             continue
         projections.append((gpu, gpu_price(catalog, gpu)))
     index = {(m.device, m.batch, str(m.precision)): m for m in grid}
     scenario = build_scenario(
-        index, dev.torch_device, primary_kind=dev.kind, batch=cfg.scenario_batch, cpu_alternatives=extra,
-        projections=projections, max_accuracy_drop_pp=cfg.max_accuracy_drop_pp, p99_slo_ms=cfg.p99_slo_ms,
+        index,
+        dev.torch_device,
+        primary_kind=dev.kind,
+        batch=cfg.scenario_batch,
+        cpu_alternatives=extra,
+        projections=projections,
+        max_accuracy_drop_pp=cfg.max_accuracy_drop_pp,
+        p99_slo_ms=cfg.p99_slo_ms,
     )
     unit = device_price(dev, cfg, catalog, 1)
     sharing = None
@@ -205,15 +231,28 @@ def run_inference_experiment(
             pool = stack.enter_context(WorkerPool(trained, need))
         if cfg.sharing:
             say("sharing: two workloads on one device …")
-            sharing = run_sharing(trained, dev, unit, batch=cfg.sharing_batch, precision=cfg.sharing_precision,
-                                  duration_s=cfg.sharing_duration_s, pool=pool)
+            sharing = run_sharing(
+                trained,
+                dev,
+                unit,
+                batch=cfg.sharing_batch,
+                precision=cfg.sharing_precision,
+                duration_s=cfg.sharing_duration_s,
+                pool=pool,
+            )
         if cfg.scaling:
             service = {m.batch: m.latencies_s for m in grid if m.precision == cfg.scaling_precision}
             if not service:
                 say(f"measuring the service times of {cfg.scaling_precision} for the scaling model …")
                 sizes = sorted({1, cfg.scaling_max_batch})
-                got, _ = measure_grid(trained, dev, [(b, cfg.scaling_precision) for b in sizes],
-                                      duration_s=cfg.duration_s, price=unit, rounds=cfg.rounds)
+                got, _ = measure_grid(
+                    trained,
+                    dev,
+                    [(b, cfg.scaling_precision) for b in sizes],
+                    duration_s=cfg.duration_s,
+                    price=unit,
+                    rounds=cfg.rounds,
+                )
                 service = {m.batch: m.latencies_s for m in got}
             b1 = next((m for m in grid if m.precision == cfg.scaling_precision and m.batch == 1), None)
             one = service[min(service)]
@@ -222,9 +261,18 @@ def run_inference_experiment(
             shown = ", ".join(f"{r:g}" for r in rates)
             say(f"scaling: {shown} requests/s against {', '.join(map(str, replicas))} replica(s) …")
             scaling = run_scaling(
-                trained, dev, unit, service, rates, precision=cfg.scaling_precision, max_batch=cfg.scaling_max_batch,
-                measured_replicas=replicas, duration_s=cfg.scaling_duration_s, slo_ms=cfg.scaling_slo_ms,
-                seed=cfg.seed, pool=pool,
+                trained,
+                dev,
+                unit,
+                service,
+                rates,
+                precision=cfg.scaling_precision,
+                max_batch=cfg.scaling_max_batch,
+                measured_replicas=replicas,
+                duration_s=cfg.scaling_duration_s,
+                slo_ms=cfg.scaling_slo_ms,
+                seed=cfg.seed,
+                pool=pool,
             )
     env["loadavg_end"] = _load()
     env["note"] = _load_note(env, dev)
@@ -241,7 +289,11 @@ def _load_note(env: dict[str, Any], dev: DeviceInfo) -> str:
     cores = max(1, len(dev.cores))
     busy = "shared with other work" if peak > 0.5 * cores else "mostly idle"
     return (
-        f"host {busy}: 1-minute load average up to {peak:g} on {cores} core(s) during the run; "
-        "throughput on a busy host is lower and p99 higher than on a dedicated one (cpu_fraction shows the share "
-        "of its core a configuration got)"
-    ) if not math.isnan(peak) else ""
+        (
+            f"host {busy}: 1-minute load average up to {peak:g} on {cores} core(s) during the run; "
+            "throughput on a busy host is lower and p99 higher than on a dedicated one (cpu_fraction shows the share "
+            "of its core a configuration got)"
+        )
+        if not math.isnan(peak)
+        else ""
+    )

@@ -198,8 +198,15 @@ def simulate(
 
 
 def modelled_point(
-    rate: float, replicas: int, service_s: Mapping[int, Sequence[float]], max_batch: int, slo_ms: float,
-    price: DevicePrice, *, duration_s: float = 20.0, seed: int = 0,
+    rate: float,
+    replicas: int,
+    service_s: Mapping[int, Sequence[float]],
+    max_batch: int,
+    slo_ms: float,
+    price: DevicePrice,
+    *,
+    duration_s: float = 20.0,
+    seed: int = 0,
 ) -> LoadPoint:
     arrivals = poisson_arrivals(rate, duration_s, seed)
     lat, mean_batch, util = simulate(arrivals, replicas, service_s, max_batch, seed)
@@ -207,14 +214,31 @@ def modelled_point(
     summ = latency_summary(lat[cut:], 0)
     p99 = summ["p99_ms"]
     return LoadPoint(
-        "modelled", replicas, rate, len(arrivals), len(arrivals), summ["p50_ms"], p99, summ["max_ms"], mean_batch,
-        util, p99 is not None and p99 <= slo_ms, price,
+        "modelled",
+        replicas,
+        rate,
+        len(arrivals),
+        len(arrivals),
+        summ["p50_ms"],
+        p99,
+        summ["max_ms"],
+        mean_batch,
+        util,
+        p99 is not None and p99 <= slo_ms,
+        price,
     )
 
 
 def replicas_needed(
-    rate: float, service_s: Mapping[int, Sequence[float]], max_batch: int, slo_ms: float, unit_price: DevicePrice,
-    *, max_replicas: int = 64, seed: int = 0, duration_s: float = 20.0,
+    rate: float,
+    service_s: Mapping[int, Sequence[float]],
+    max_batch: int,
+    slo_ms: float,
+    unit_price: DevicePrice,
+    *,
+    max_replicas: int = 64,
+    seed: int = 0,
+    duration_s: float = 20.0,
 ) -> tuple[int | None, list[LoadPoint]]:
     """The smallest N ≤ ``max_replicas`` whose modelled p99 meets the SLO, and the points tried
     around it (N−1 and N)."""
@@ -222,8 +246,16 @@ def replicas_needed(
 
     def point(n: int) -> LoadPoint:
         if n not in tried:
-            tried[n] = modelled_point(rate, n, service_s, max_batch, slo_ms, unit_price.times(n, f"{n} replicas"),
-                                      duration_s=duration_s, seed=seed)
+            tried[n] = modelled_point(
+                rate,
+                n,
+                service_s,
+                max_batch,
+                slo_ms,
+                unit_price.times(n, f"{n} replicas"),
+                duration_s=duration_s,
+                seed=seed,
+            )
         return tried[n]
 
     # a lower bound from capacity: N ≥ rate × (service time of one full batch) / max_batch
@@ -251,7 +283,14 @@ def replicas_needed(
 
 
 def measured_point(
-    pool: Any, replicas: int, rate: float, *, duration_s: float, seed: int, slo_ms: float, price: DevicePrice,
+    pool: Any,
+    replicas: int,
+    rate: float,
+    *,
+    duration_s: float,
+    seed: int,
+    slo_ms: float,
+    price: DevicePrice,
     drain_s: float = 2.0,
 ) -> LoadPoint:
     """Offer ``rate`` to the ``replicas`` serving workers of ``pool`` (a :class:`~.measure.WorkerPool`
@@ -296,9 +335,18 @@ def measured_point(
     span = max(done_at.values(), default=arrivals[-1]) - t0
     p99 = summ["p99_ms"]
     return LoadPoint(
-        "measured", replicas, rate, n, len(done_at), summ["p50_ms"], p99, summ["max_ms"],
-        len(done_at) / batches if batches else None, busy / (replicas * span) if span > 0 else None,
-        p99 is not None and p99 <= slo_ms, price,
+        "measured",
+        replicas,
+        rate,
+        n,
+        len(done_at),
+        summ["p50_ms"],
+        p99,
+        summ["max_ms"],
+        len(done_at) / batches if batches else None,
+        busy / (replicas * span) if span > 0 else None,
+        p99 is not None and p99 <= slo_ms,
+        price,
     )
 
 
@@ -350,8 +398,15 @@ def run_scaling(
                         os.sched_setaffinity(0, set(spare))
                     for k, rate in enumerate(rates):
                         points.append(
-                            measured_point(pool, n, rate, duration_s=duration_s, seed=seed + k, slo_ms=slo_ms,
-                                           price=unit_price.times(n, units_label(dev, n)))
+                            measured_point(
+                                pool,
+                                n,
+                                rate,
+                                duration_s=duration_s,
+                                seed=seed + k,
+                                slo_ms=slo_ms,
+                                price=unit_price.times(n, units_label(dev, n)),
+                            )
                         )
                 finally:
                     if old_aff is not None:
@@ -366,14 +421,18 @@ def run_scaling(
             notes.append("measured replicas share one GPU; the modelled ones have a GPU each")
     for k, rate in enumerate(rates):
         for n in measured:
-            points.append(modelled_point(rate, n, service_s, max_batch, slo_ms, unit_price.times(n, f"{n} replicas"),
-                                         seed=seed + k))
+            points.append(
+                modelled_point(
+                    rate, n, service_s, max_batch, slo_ms, unit_price.times(n, f"{n} replicas"), seed=seed + k
+                )
+            )
     needed: dict[float, int | None] = {}
     basis: dict[float, str] = {}
     more_than: dict[float, int] = {}
     for k, rate in enumerate(rates):
-        n_needed, around = replicas_needed(rate, service_s, max_batch, slo_ms, unit_price, max_replicas=max_replicas,
-                                           seed=seed + k)
+        n_needed, around = replicas_needed(
+            rate, service_s, max_batch, slo_ms, unit_price, max_replicas=max_replicas, seed=seed + k
+        )
         needed[rate], basis[rate] = n_needed, "modelled"
         have = {(p.source, p.replicas, p.rate) for p in points}
         points.extend(p for p in around if (p.source, p.replicas, p.rate) not in have)
@@ -390,8 +449,10 @@ def run_scaling(
             else:
                 needed[rate] = None
                 more_than[rate] = max(runs)
-                basis[rate] = (f"measured: more than {max(runs)} (none of {', '.join(map(str, sorted(runs)))} met it; "
-                               f"the model, without the dispatch cost, says {n_needed})")
+                basis[rate] = (
+                    f"measured: more than {max(runs)} (none of {', '.join(map(str, sorted(runs)))} met it; "
+                    f"the model, without the dispatch cost, says {n_needed})"
+                )
     floor, floor_rate = 0, 0.0  # more demand never needs fewer replicas: a noisy measured miss at a
     for rate in sorted(needed):  # lower rate carries over to the higher ones
         got = needed[rate]

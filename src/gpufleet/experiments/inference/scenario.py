@@ -145,8 +145,17 @@ class Scenario:
 
 def _from(m: Measurement, name: str) -> Step:
     return Step(
-        name, m.device, m.batch, m.precision, "measured", throughput=m.throughput, p50_ms=m.p50_ms,
-        p99_ms=m.p99_ms, accuracy=m.accuracy, usd_per_hour=m.usd_per_hour, usd_per_1k=m.usd_per_1k,
+        name,
+        m.device,
+        m.batch,
+        m.precision,
+        "measured",
+        throughput=m.throughput,
+        p50_ms=m.p50_ms,
+        p99_ms=m.p99_ms,
+        accuracy=m.accuracy,
+        usd_per_hour=m.usd_per_hour,
+        usd_per_1k=m.usd_per_1k,
         basis=None if m.price is None else m.price.source,
     )
 
@@ -247,11 +256,20 @@ def _project(ref: Step, gpu: str, price: DevicePrice, base: Step) -> Step:
     assert cost is not None and base.usd_per_1k is not None
     break_even = price.usd_per_hour * 1000.0 / (3600.0 * ref.usd_per_1k)
     s = Step(
-        name, gpu, ref.batch, ref.precision, "projected", "projected",
+        name,
+        gpu,
+        ref.batch,
+        ref.precision,
+        "projected",
+        "projected",
         f"price only: {ref.config}'s measured {ref.throughput:,.0f}/s assumed unchanged on a {gpu} at "
         f"${price.usd_per_hour:.4g}/h; it costs the same as {ref.name} at {break_even:,.0f}/s",
-        throughput=ref.throughput, accuracy=ref.accuracy, usd_per_hour=price.usd_per_hour, usd_per_1k=cost,
-        accuracy_change_pp=ref.accuracy_change_pp, basis=f"projected by price only; price: {price.source}",
+        throughput=ref.throughput,
+        accuracy=ref.accuracy,
+        usd_per_hour=price.usd_per_hour,
+        usd_per_1k=cost,
+        accuracy_change_pp=ref.accuracy_change_pp,
+        basis=f"projected by price only; price: {price.source}",
         break_even_throughput=break_even,
     )
     s.step_saving_usd_per_1k = ref.usd_per_1k - cost

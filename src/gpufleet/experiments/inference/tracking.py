@@ -65,12 +65,21 @@ def log_runs(res: InferenceResult, uri: str, experiment: str = DEFAULT_EXPERIMEN
             run = client.create_run(exp_id, run_name=f"{m.device}-b{m.batch}-{m.precision}", tags=tags)
             rid = run.info.run_id
             params = {
-                "batch": m.batch, "precision": m.precision, "device": m.device, "device_name": m.device_name,
-                "threads": m.threads, "seed": res.trained.seed, "dataset": res.trained.data.name,
+                "batch": m.batch,
+                "precision": m.precision,
+                "device": m.device,
+                "device_name": m.device_name,
+                "threads": m.threads,
+                "seed": res.trained.seed,
+                "dataset": res.trained.data.name,
             }
             metrics = {
-                "throughput": m.throughput, "p50_ms": m.p50_ms, "p99_ms": m.p99_ms, "accuracy": m.accuracy,
-                "usd_per_1k": m.usd_per_1k, "cpu_fraction": m.cpu_fraction,
+                "throughput": m.throughput,
+                "p50_ms": m.p50_ms,
+                "p99_ms": m.p99_ms,
+                "accuracy": m.accuracy,
+                "usd_per_1k": m.usd_per_1k,
+                "cpu_fraction": m.cpu_fraction,
             }
             now_ms = int(time.time() * 1000)
             client.log_batch(

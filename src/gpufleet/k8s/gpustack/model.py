@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
-from gpufleet.backends.kubernetes.provisioner import PROVIDER_OF_NODECLASS
+from gpufleet.k8s.adapter.provisioner import PROVIDER_OF_NODECLASS
 from gpufleet.k8s.gpustack.packaged import schemas
 from gpufleet.k8s.schemacheck import check
 from gpufleet.model.node import SharingMode

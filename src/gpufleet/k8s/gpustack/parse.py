@@ -22,9 +22,9 @@ from typing import Any
 
 import yaml
 
-from gpufleet.backends.kubernetes.nodes import GPU_RESOURCE
-from gpufleet.backends.kubernetes.provisioner import LABEL_POOL, LABEL_PROVISIONED
 from gpufleet.errors import InputError
+from gpufleet.k8s.adapter.nodes import GPU_RESOURCE
+from gpufleet.k8s.adapter.provisioner import LABEL_POOL, LABEL_PROVISIONED
 from gpufleet.k8s.gpustack.model import (
     ALL_DISABLED,
     AWS_NODE_CLASS,

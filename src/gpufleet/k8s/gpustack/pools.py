@@ -3,23 +3,25 @@ NodePool's nodes read back as them.
 
 :func:`gpufleet_pools` makes gpufleet :class:`~gpufleet.model.node.NodePool` objects, one per pool,
 instance type and capacity type, named ``<nodepool>_<instance type>_<capacity type>``
-(:func:`gpufleet_pool_name`) as :class:`~gpufleet.backends.kubernetes.provisioner.KarpenterProvisioner`
+(:func:`gpufleet_pool_name`) as :class:`~gpufleet.k8s.adapter.provisioner.KarpenterProvisioner`
 names the pools it reads from the cluster: price from the catalog by instance type and capacity
 type, CPU and memory the kubelet's allocatable estimate of the instance type's published shape
-(:data:`~gpufleet.backends.kubernetes.provisioner.INSTANCE_SHAPES`), ``max_nodes`` from the GPU
+(:data:`~gpufleet.k8s.adapter.provisioner.INSTANCE_SHAPES`), ``max_nodes`` from the GPU
 limit, and the sharing the pool's device-plugin or MIG configuration gives its GPUs
 (:func:`sharing_labels`).
 
 :func:`template_labels` are a Karpenter NodePool's template labels: they select the device-plugin
 and MIG configurations (``nvidia.com/device-plugin.config``, ``nvidia.com/mig.config``) and name
 the gpufleet pool (``gpufleet.io/pool``, where the NodePool offers one instance type), so a node
-Karpenter makes from them reads back (:func:`~gpufleet.backends.kubernetes.nodes.node_info`) as the
+Karpenter makes from them reads back (:func:`~gpufleet.k8s.adapter.nodes.node_info`) as the
 intended gpufleet pool, whoever asked for it.
 """
 
 from __future__ import annotations
 
-from gpufleet.backends.kubernetes.nodes import (
+from gpufleet.cost.catalog import PriceCatalog, PriceEntry
+from gpufleet.errors import InputError
+from gpufleet.k8s.adapter.nodes import (
     GF_GPU_REPLICAS,
     GF_GPU_RESOURCE,
     GF_INSTANCE_TYPE,
@@ -32,10 +34,8 @@ from gpufleet.backends.kubernetes.nodes import (
     LABEL_INSTANCE_TYPE,
     LABEL_REGION,
 )
-from gpufleet.backends.kubernetes.objects import KEY_CAPACITY_TYPE, KEY_NODEPOOL, label_value
-from gpufleet.backends.kubernetes.provisioner import INSTANCE_SHAPES, LABEL_POOL, LABEL_PROVISIONED, allocatable
-from gpufleet.cost.catalog import PriceCatalog, PriceEntry
-from gpufleet.errors import InputError
+from gpufleet.k8s.adapter.objects import KEY_CAPACITY_TYPE, KEY_NODEPOOL, label_value
+from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES, LABEL_POOL, LABEL_PROVISIONED, allocatable
 from gpufleet.k8s.gpustack.model import (
     ALL_DISABLED,
     LABEL_DEVICE_PLUGIN_CONFIG,
@@ -113,7 +113,7 @@ def gpufleet_pools(stack: GpuStack, catalog: PriceCatalog, *, provisioning_delay
             if shape is None:
                 raise InputError(
                     f"gpufleet does not know the vCPUs and memory of {itype} "
-                    "(gpufleet.backends.kubernetes.provisioner.INSTANCE_SHAPES)",
+                    "(gpufleet.k8s.adapter.provisioner.INSTANCE_SHAPES)",
                     source=stack.source,
                     field=fld,
                 )

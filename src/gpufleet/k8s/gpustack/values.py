@@ -12,9 +12,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.backends.kubernetes.nodes import GPU_RESOURCE, LABEL_INSTANCE_TYPE
-from gpufleet.backends.kubernetes.objects import KEY_CAPACITY_TYPE
-from gpufleet.backends.kubernetes.provisioner import INSTANCE_SHAPES
+from gpufleet.k8s.adapter.nodes import GPU_RESOURCE, LABEL_INSTANCE_TYPE
+from gpufleet.k8s.adapter.objects import KEY_CAPACITY_TYPE
+from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES
 from gpufleet.k8s.gpustack.model import ALL_DISABLED, AWS_NODE_CLASS, GpuStack, PoolDef
 from gpufleet.k8s.gpustack.packaged import schemas
 from gpufleet.k8s.gpustack.pools import template_labels

@@ -5,7 +5,7 @@ their events, runs, nodes and their priced intervals, usage segments and the led
 controllers, budgets with their alerts and notification outbox), every public function re-exported
 here so callers write ``repo.get_job(s, ...)``. Budgets are persistence only: what a scope spent,
 what a job is expected to cost and whether a budget covers it are decided in
-:mod:`gpufleet.control.budgets` (with :mod:`gpufleet.cost`).
+:mod:`gpufleet.services.budgets` (with :mod:`gpufleet.cost`).
 
 The service layer owns transactions (``with db.session() as s: ...``): a function here never
 commits, so several of them compose into one atomic change (e.g. ``end_run`` + ``append_segment``

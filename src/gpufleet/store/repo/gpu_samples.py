@@ -18,8 +18,15 @@ def record_gpu_samples(s: Session, samples: Sequence[GpuSample]) -> int:
     memory on that GPU). Returns the number of rows written."""
     rows: list[dict[str, Any]] = []
     for g in samples:
-        base = {"time": g.time, "node": g.node, "gpu_index": g.gpu_index, "utilization_pct": g.utilization_pct,
-                "uuid": g.uuid or None, "temperature_c": g.temperature_c, "power_w": g.power_w}
+        base = {
+            "time": g.time,
+            "node": g.node,
+            "gpu_index": g.gpu_index,
+            "utilization_pct": g.utilization_pct,
+            "uuid": g.uuid or None,
+            "temperature_c": g.temperature_c,
+            "power_w": g.power_w,
+        }
         rows.append(
             {**base, "job_id": None, "memory_used_mib": g.memory_used_mib, "memory_total_mib": g.memory_total_mib}
         )

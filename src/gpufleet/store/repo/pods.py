@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.backends.kubernetes.objects import job_name
+from gpufleet.k8s.adapter.objects import job_name
 
 BACKEND_LABEL = "gpufleet.io/backend"  # "local" on the server's own node (backends/local.py)
 

@@ -9,7 +9,7 @@
 # Pods. A run of a job is a *pod* in the metrics and in the OpenCost allocation API:
 # ``<job_id>-r<run>`` on the server's own GPUs (a node labelled ``gpufleet.io/backend=local``);
 # on a Kubernetes cluster the name of the ``batch/v1`` Job the run created (``gf-<job_id>-r<run>``,
-# :func:`gpufleet.backends.kubernetes.objects.job_name`), whose pods are ``<that>-<suffix>`` — the
+# :func:`gpufleet.k8s.adapter.objects.job_name`), whose pods are ``<that>-<suffix>`` — the
 # store does not record the pods' generated suffixes.
 
 from __future__ import annotations

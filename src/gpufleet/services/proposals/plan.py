@@ -12,14 +12,14 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from gpufleet.control import jobs as jobs_service
-from gpufleet.control.proposals.actions import JOB_SHAPE_ACTIONS, field_path, visible_budget, visible_job
-from gpufleet.control.proposals.common import Actor, NothingToChangeError, TargetStateError
-from gpufleet.control.submit import check_fits_store, prepare_submit
 from gpufleet.cost.budget_model import Budget, Throttle
 from gpufleet.errors import InputError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.model.job import JobState
+from gpufleet.services import jobs as jobs_service
+from gpufleet.services.proposals.actions import JOB_SHAPE_ACTIONS, field_path, visible_budget, visible_job
+from gpufleet.services.proposals.common import Actor, NothingToChangeError, TargetStateError
+from gpufleet.services.submit import check_fits_store, prepare_submit
 from gpufleet.store import repo
 from gpufleet.store.models import BudgetRow, JobRow
 from gpufleet.store.repo import budgets as budgets_repo

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpufleet.backends.kubernetes.nodes import (
+from gpufleet.errors import InputError
+from gpufleet.k8s.adapter.nodes import (
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
     SHARED_GPU_RESOURCE,
@@ -33,7 +34,6 @@ from gpufleet.backends.kubernetes.nodes import (
     quantity_mib,
     quantity_milli,
 )
-from gpufleet.errors import InputError
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.share import mig_milli, mig_slices, replicas_milli

@@ -10,7 +10,7 @@ the webhook reads the store, it does not need the scheduler.
 The decisions are :mod:`gpufleet.k8s.admission`'s; this module reads what they need from the store
 in one transaction per request — the namespace's team and its priority grant, the node kinds and
 their prices, the gpufleet job a pod runs — and hands them the API's own budget check
-(:func:`gpufleet.control.budgets.check_submission`, the code path of ``POST /v1/jobs``) as the
+(:func:`gpufleet.services.budgets.check_submission`, the code path of ``POST /v1/jobs``) as the
 budget-check callable. Like the API the check is serialized per budget and records the limit
 crossing that starts a block budget's grace window when it lets the workload in; a denial and a
 ``dryRun`` request roll everything back (the registration says ``sideEffects: NoneOnDryRun``).
@@ -39,20 +39,12 @@ import anyio.to_thread
 from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock, WallClock
-from gpufleet.control.budgets import (
-    budgets_covering,
-    check_submission,
-    committed_spend,
-    gpu_hour_price,
-    scope_spend,
-)
-from gpufleet.control.owners import granted_classes
-from gpufleet.control.settings import Settings
 from gpufleet.cost.budget_model import Budget
 from gpufleet.cost.budget_status import BudgetExceededError, check_block
 from gpufleet.cost.job_estimate import estimate_job_cost
 from gpufleet.cost.rules import PricingRules, rules_from_setting
 from gpufleet.errors import ConfigError, NotFoundError, PermissionDeniedError, StoreError
+from gpufleet.io.ports import check_port
 from gpufleet.k8s.admission import (
     BudgetAnswer,
     BudgetCheck,
@@ -76,6 +68,15 @@ from gpufleet.k8s.admission import (
     store_failure,
 )
 from gpufleet.model.job import JobState
+from gpufleet.server.settings import Settings
+from gpufleet.services.budgets import (
+    budgets_covering,
+    check_submission,
+    committed_spend,
+    gpu_hour_price,
+    scope_spend,
+)
+from gpufleet.services.owners import granted_classes
 from gpufleet.store import repo
 from gpufleet.store.convert import node_from_row
 from gpufleet.store.db import Database
@@ -215,9 +216,18 @@ class WebhookService:
                 continue
             committed = committed_spend(s, b.scope, period, now, rules=self.rules)
             if not check_block(b, committed.total_usd, job_cost).fits:
-                out.append(BudgetFigures(
-                    b.name, b.scope, b.action, b.period, b.limit_usd, committed.spent_usd, committed.total_usd, job_cost
-                ))
+                out.append(
+                    BudgetFigures(
+                        b.name,
+                        b.scope,
+                        b.action,
+                        b.period,
+                        b.limit_usd,
+                        committed.spent_usd,
+                        committed.total_usd,
+                        job_cost,
+                    )
+                )
         return out
 
     # a review ------------------------------------------------------------------------------------------
@@ -233,8 +243,9 @@ class WebhookService:
                     s.rollback()
                 return verdict
         except StoreError as e:
-            log.warning("webhook: cannot read the store for %s %s/%s: %s", subject.kind, subject.namespace,
-                        subject.name, e)
+            log.warning(
+                "webhook: cannot read the store for %s %s/%s: %s", subject.kind, subject.namespace, subject.name, e
+            )
             return store_failure(e.message, self.policy)
         except Exception as e:  # a bug must not crash the webhook: answered as failurePolicy promises
             log.exception("webhook: judging %s %s/%s failed", subject.kind, subject.namespace, subject.name)
@@ -299,8 +310,12 @@ def create_webhook_app(service: WebhookService) -> Starlette:
 
     async def validate(request: Request) -> Response:
         too_large = JSONResponse(
-            {"type": "about:blank", "title": "Payload Too Large", "status": 413,
-             "detail": f"the body is larger than {MAX_BODY_BYTES} bytes"},
+            {
+                "type": "about:blank",
+                "title": "Payload Too Large",
+                "status": 413,
+                "detail": f"the body is larger than {MAX_BODY_BYTES} bytes",
+            },
             status_code=413,
             media_type="application/problem+json",
         )
@@ -396,8 +411,6 @@ class WebhookServer:
 
     def start(self, timeout_s: float = 10.0) -> None:
         """Serve in a daemon thread; returns once it listens (:class:`ConfigError` if it cannot)."""
-        from gpufleet.control.server import check_port
-
         check_port(self.host, self.port)
         self._thread = threading.Thread(target=self.server.run, name="gpufleet-webhook", daemon=True)
         self._thread.start()
@@ -409,8 +422,12 @@ class WebhookServer:
             time.sleep(0.02)
         self._reloader = threading.Thread(target=self._watch_certificate, name="gpufleet-webhook-tls", daemon=True)
         self._reloader.start()
-        log.info("admission webhook: %s%s (failurePolicy %s)", self.url, VALIDATE_PATH,
-                 self.service.settings.webhook.failure_policy)
+        log.info(
+            "admission webhook: %s%s (failurePolicy %s)",
+            self.url,
+            VALIDATE_PATH,
+            self.service.settings.webhook.failure_policy,
+        )
 
     def reload_certificate(self) -> bool:
         """Load the certificate and key again if either file changed (a renewal); True if it did.

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
-from gpufleet.backends.kubernetes.nodes import (
+from gpufleet.errors import InputError
+from gpufleet.k8s.adapter.nodes import (
     DEFAULT_TOLERATED_TAINTS,
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
@@ -29,13 +30,12 @@ from gpufleet.backends.kubernetes.nodes import (
     quantity_mib,
     quantity_milli,
 )
-from gpufleet.backends.kubernetes.pods import (
+from gpufleet.k8s.adapter.pods import (
     ANNOTATION_COST_LIMIT,
     ANNOTATION_GANG_SIZE,
     ANNOTATION_JOB_ID,
     ANNOTATION_RUN,
 )
-from gpufleet.errors import InputError
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest
 from gpufleet.model.share import milli_replicas
 

@@ -25,8 +25,8 @@ Actions and how they execute (``params`` are the wire's :data:`~gpufleet.wire.PR
 - ``resize``, ``change_gpu_type``, ``move_to_spot`` — a **pending** job's GPU shape, allowed GPU
   models, or preemptibility (which lets it run on spot capacity). The controller holds pending
   jobs in memory and never re-reads a changed row, so a job is not edited in place: it is
-  *replaced* — cancelled (:func:`gpufleet.control.jobs.cancel`) and submitted again with the change
-  (:func:`gpufleet.control.jobs.submit`: feasibility, owners, budgets, as ``POST /v1/jobs`` does),
+  *replaced* — cancelled (:func:`gpufleet.services.jobs.cancel`) and submitted again with the change
+  (:func:`gpufleet.services.jobs.submit`: feasibility, owners, budgets, as ``POST /v1/jobs`` does),
   in one transaction. The replacement keeps everything else (command, account, priority, labels...)
   and queues as a new submission; ``result_job_id`` names it. A running job is refused with the
   reason: changing it would mean stopping it and losing the work since its last checkpoint.
@@ -49,8 +49,8 @@ proposals are read (``GET /v1/proposals``) and as a controller duty (:func:`upke
 
 from __future__ import annotations
 
-from gpufleet.control.proposals.actions import JOB_SHAPE_ACTIONS, typed_params
-from gpufleet.control.proposals.common import (
+from gpufleet.services.proposals.actions import JOB_SHAPE_ACTIONS, typed_params
+from gpufleet.services.proposals.common import (
     Actor,
     NothingToChangeError,
     OwnerRequiredError,
@@ -61,10 +61,10 @@ from gpufleet.control.proposals.common import (
     TargetStateError,
     UnsupportedActionError,
 )
-from gpufleet.control.proposals.effect import DEFAULT_EFFECT_WINDOW_S, measure, upkeep, upkeep_duty
-from gpufleet.control.proposals.execute import ExecSettings, approve, reject
-from gpufleet.control.proposals.propose import DEFAULT_TTL_S, get, list_visible, propose, request_hash
-from gpufleet.control.proposals.wire import proposal_out
+from gpufleet.services.proposals.effect import DEFAULT_EFFECT_WINDOW_S, measure, upkeep, upkeep_duty
+from gpufleet.services.proposals.execute import ExecSettings, approve, reject
+from gpufleet.services.proposals.propose import DEFAULT_TTL_S, get, list_visible, propose, request_hash
+from gpufleet.services.proposals.wire import proposal_out
 
 __all__ = [
     "DEFAULT_EFFECT_WINDOW_S",

@@ -8,9 +8,9 @@
    :class:`~gpufleet.wire.BudgetIn` (:func:`~gpufleet.k8s.costbudget.budget_in_from_cr`) and makes
    the gpufleet budget :func:`~gpufleet.k8s.costbudget.budget_name` names say the same: created if
    absent, replaced when it differs, through the same functions ``/v1/budgets`` uses
-   (:func:`~gpufleet.control.budgets.budget_from_in`, :mod:`gpufleet.store.budgets_repo`); its
+   (:func:`~gpufleet.services.budgets.budget_from_in`, :mod:`gpufleet.store.budgets_repo`); its
    status is computed as ``/v1/budgets/{name}/status`` computes it
-   (:func:`~gpufleet.control.budgets.budget_status_out`) and written through the status
+   (:func:`~gpufleet.services.budgets.budget_status_out`) and written through the status
    subresource (:func:`~gpufleet.k8s.costbudget.cr_status_from`, a JSON merge patch); then the
    budgets the reconciler owns whose CostBudget is gone are deleted;
 2. lists the CostAttributions; for each, prices the ledger over its windows with the server's
@@ -74,7 +74,6 @@ from typing import Any, Final
 
 from sqlalchemy.orm import Session
 
-from gpufleet.control.budgets import budget_from_in, budget_status_out
 from gpufleet.control.controller import Periodic
 from gpufleet.cost.budget_model import DEFAULT_THRESHOLDS, Budget
 from gpufleet.cost.ledger import Ledger
@@ -91,6 +90,7 @@ from gpufleet.k8s.attribution import (
 from gpufleet.k8s.costbudget import budget_in_from_cr, budget_name, cr_status_from, secret_refs
 from gpufleet.k8s.crds import COST_ATTRIBUTION, COST_BUDGET, GROUP, VERSION, CrdNames
 from gpufleet.k8s.crread import error_status
+from gpufleet.services.budgets import budget_from_in, budget_status_out
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import BudgetRow
@@ -589,7 +589,7 @@ def custom_resources_duty(
     db: Database, backend: Any, namespace_of_team: Mapping[str, str], rules: PricingRules | None, interval_s: float
 ) -> Periodic:
     """The controller's periodic duty that reconciles the custom resources, for ``backend: kubernetes``
-    (``backend``: the :class:`~gpufleet.backends.kubernetes.backend.KubernetesBackend`, whose API
+    (``backend``: the :class:`~gpufleet.k8s.adapter.backend.KubernetesBackend`, whose API
     client it uses; teams from the store, in their namespaces as the backend places them)."""
     reconciler = CrReconciler(
         db, backend.api_client, team_of_namespace=store_team_of_namespace(db, namespace_of_team), rules=rules

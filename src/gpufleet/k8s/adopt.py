@@ -33,11 +33,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.backends.kubernetes.backend import LABEL_ADOPTED, LABEL_JOB_ID
-from gpufleet.backends.kubernetes.nodes import LABEL_GPU_REPLICAS, LABEL_SHARING_STRATEGY, SHARED_GPU_RESOURCE
-from gpufleet.backends.kubernetes.objects import SCHEDULER_NAME
-from gpufleet.backends.kubernetes.pods import ANNOTATION_JOB_ID, Gang, PodFacts, group_gangs, pod_facts
 from gpufleet.errors import GpufleetError
+from gpufleet.k8s.adapter.backend import LABEL_ADOPTED, LABEL_JOB_ID
+from gpufleet.k8s.adapter.nodes import LABEL_GPU_REPLICAS, LABEL_SHARING_STRATEGY, SHARED_GPU_RESOURCE
+from gpufleet.k8s.adapter.objects import SCHEDULER_NAME
+from gpufleet.k8s.adapter.pods import ANNOTATION_JOB_ID, Gang, PodFacts, group_gangs, pod_facts
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import PRIORITY_CLASSES
 from gpufleet.model.share import REQUESTED_REPLICAS_LABEL
@@ -193,8 +193,11 @@ class PodAdopter:
         now = self.now()
         with self.db.session() as s:
             if team is None or repo.find_team(s, team) is None:
-                log.warning("not adopting %s: namespace %s maps to no team (set kubernetes.namespaces)",
-                            gang.key, gang.namespace)
+                log.warning(
+                    "not adopting %s: namespace %s maps to no team (set kubernetes.namespaces)",
+                    gang.key,
+                    gang.namespace,
+                )
                 stats.skipped += 1
                 return
             row, created = repo.submit_job(

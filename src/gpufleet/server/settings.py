@@ -102,7 +102,7 @@ class MlflowSettings(BaseModel):
     @field_validator("job_tracking_uris")
     @classmethod
     def _job_tracking_uris(cls, uris: list[str]) -> list[str]:
-        from gpufleet.control.mlflow_sync import allowed_uri  # the sync's own parser (imported late: no cycle)
+        from gpufleet.integrations.mlflow_sync import allowed_uri  # the sync's own parser (imported late: no cycle)
 
         out = [u.strip() for u in uris]
         for u in out:

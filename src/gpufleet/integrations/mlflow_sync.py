@@ -3,7 +3,7 @@
 A job names a run with the label ``mlflow-run-id`` (``gpufleet submit --mlflow-run RUN_ID``, the SDK's
 ``submit(mlflow_run=...)``), or with ``MLFLOW_RUN_ID`` in its environment, which the submit path turns
 into that label (:func:`mlflow_labels`). When the job has ended, the leader's duty
-(:class:`MlflowSync`, registered in :func:`gpufleet.control.server.build_server`) logs to the run:
+(:class:`MlflowSync`, registered in :func:`gpufleet.server.host.build_server`) logs to the run:
 
 - metrics ``gpufleet.cost_usd`` (what the ledger charged the job, with the server's pricing rules, in
   cents: ``/v1/usage?aggregate=job`` over the job's own span), ``gpufleet.cost_usd_exact`` (the same
@@ -77,8 +77,8 @@ from gpufleet.store.repo.jobs import TERMINAL_STATES
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from gpufleet.control.settings import MlflowSettings
     from gpufleet.cost.rules import PricingRules
+    from gpufleet.server.settings import MlflowSettings
     from gpufleet.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -506,7 +506,9 @@ class MlflowSync:
                 log.warning(
                     "mlflow: job %s names run %s but no tracking URI is known (set mlflow.tracking_uri, "
                     "or the job's %s); such jobs are not logged",
-                    job_id, run_raw, TRACKING_URI_ENV,
+                    job_id,
+                    run_raw,
+                    TRACKING_URI_ENV,
                 )
             self._retry.pop(job_id, None)
             return None

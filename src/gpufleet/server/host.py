@@ -20,15 +20,16 @@ from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.base import Backend
 from gpufleet.backends.local import LocalBackend
 from gpufleet.clock import WallClock
-from gpufleet.control.budgets import BudgetService
 from gpufleet.control.controller import Controller, ControllerConfig, Periodic
 from gpufleet.control.leader import Leadership
-from gpufleet.control.settings import Settings
 from gpufleet.cost.rules import rules_from_setting
 from gpufleet.errors import ConfigError
+from gpufleet.io.ports import check_port
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES
 from gpufleet.sdk.config import write_private_file
+from gpufleet.server.settings import Settings
+from gpufleet.services.budgets import BudgetService
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 
@@ -92,7 +93,7 @@ class Server:
             "timeout_keep_alive": 5,
         }
         check_port(self.settings.host, self.settings.port)
-        from gpufleet.control.webhook import start_webhook
+        from gpufleet.k8s.webhook import start_webhook
 
         webhook = start_webhook(self.settings, self.db)  # the admission webhook (webhook.enabled), on every replica
         self.controller.start()
@@ -110,17 +111,6 @@ class Server:
 
 
 SETTINGS_ENV = "GPUFLEET_WORKER_SETTINGS"
-
-
-def check_port(host: str, port: int) -> None:
-    """Fail with one clear line before anything starts when the address is taken."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as e:
-            raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}", field="port") from None
 
 
 def worker_app() -> FastAPI:
@@ -241,8 +231,8 @@ def kube_api_client(settings: Settings) -> Any:
 
 
 def pod_logs(settings: Settings) -> JobLogs:
-    """Jobs' output on Kubernetes: their pods' logs (:mod:`gpufleet.backends.kubernetes.logs`)."""
-    from gpufleet.backends.kubernetes.logs import PodLogs
+    """Jobs' output on Kubernetes: their pods' logs (:mod:`gpufleet.k8s.adapter.logs`)."""
+    from gpufleet.k8s.adapter.logs import PodLogs
 
     return PodLogs(kube_api_client(settings))
 
@@ -255,9 +245,9 @@ def kubernetes_world(settings: Settings, db: Database) -> tuple[Backend, Leaders
     api_client = kube_api_client(settings)
     from kubernetes import client
 
-    from gpufleet.backends.kubernetes.backend import KubernetesBackend, KubernetesOptions
-    from gpufleet.backends.kubernetes.lease import LeaseLeadership
     from gpufleet.io.catalog import load_catalog
+    from gpufleet.k8s.adapter.backend import KubernetesBackend, KubernetesOptions
+    from gpufleet.k8s.adapter.lease import LeaseLeadership
 
     volume = (
         {"name": "gpufleet-checkpoint", "persistentVolumeClaim": {"claimName": k.checkpoint_claim}}
@@ -267,7 +257,7 @@ def kubernetes_world(settings: Settings, db: Database) -> tuple[Backend, Leaders
     catalog = load_catalog()
     provisioner = None
     if k.karpenter:
-        from gpufleet.backends.kubernetes.provisioner import KarpenterProvisioner
+        from gpufleet.k8s.adapter.provisioner import KarpenterProvisioner
 
         provisioner = KarpenterProvisioner(api_client, catalog)
     backend = KubernetesBackend(
@@ -284,12 +274,22 @@ def kubernetes_world(settings: Settings, db: Database) -> tuple[Backend, Leaders
     identity = settings.replica or f"{socket.gethostname()}-{os.getpid()}"
     d = k.lease_duration_s
     leadership = LeaseLeadership(
-        client.CoordinationV1Api(api_client), k.lease_namespace, k.lease_name, identity,
-        lease_duration_s=d, renew_deadline_s=d * 2 / 3, renew_every_s=d / 7,
+        client.CoordinationV1Api(api_client),
+        k.lease_namespace,
+        k.lease_name,
+        identity,
+        lease_duration_s=d,
+        renew_deadline_s=d * 2 / 3,
+        renew_every_s=d / 7,
     )
-    log.info("backend: kubernetes at %s; leader election through Lease %s/%s as %s",
-             api_client.configuration.host, k.lease_namespace, k.lease_name, identity)
-    from gpufleet.control.k8s_adopt import PodAdopter
+    log.info(
+        "backend: kubernetes at %s; leader election through Lease %s/%s as %s",
+        api_client.configuration.host,
+        k.lease_namespace,
+        k.lease_name,
+        identity,
+    )
+    from gpufleet.k8s.adopt import PodAdopter
 
     adopter = PodAdopter(db, api_client, team_of_namespace={ns: team for team, ns in k.namespaces.items()})
     periodic = [Periodic("adopt pods", k.adopt_interval_s, lambda now: adopter.adopt())]
@@ -347,25 +347,25 @@ def build_server(settings: Settings) -> Server:
     if callable(report):  # Kubernetes: waiting pods say why (kubectl describe, Karpenter)
         controller.periodic.append(Periodic("pod conditions", 5.0, lambda now: report(controller.loop.waiting)))
     if settings.backend == "kubernetes":  # CostBudgets and CostAttributions, reconciled by the leader
-        from gpufleet.control.k8s_resources import custom_resources_duty
+        from gpufleet.k8s.reconcile import custom_resources_duty
 
         k8s = settings.kubernetes
         controller.periodic.append(
             custom_resources_duty(db, backend, k8s.namespaces, budgets.rules, settings.budget_interval_s)
         )
     # proposals: expired ones closed, executed ones' measured effect stored (the leader, every minute)
-    from gpufleet.control.proposals import upkeep_duty
+    from gpufleet.services.proposals import upkeep_duty
 
     controller.periodic.append(upkeep_duty(db, budgets.rules))
     if settings.mlflow.enabled:  # ended jobs that name an MLflow run: their cost logged to it (docs/mlflow.md)
-        from gpufleet.control.mlflow_sync import MlflowSync
+        from gpufleet.integrations.mlflow_sync import MlflowSync
 
         sync = MlflowSync(db, settings.mlflow, rules=budgets.rules, is_leader=lambda: controller.is_leader)
         controller.periodic.append(Periodic("mlflow sync", settings.mlflow.interval_s, sync.tick))
     write_private_file(home / SERVER_FILE, json.dumps({"url": settings.url}) + "\n")
     job_logs = None
     if settings.backend == "kubernetes":
-        from gpufleet.backends.kubernetes.logs import PodLogs
+        from gpufleet.k8s.adapter.logs import PodLogs
 
         job_logs = PodLogs(getattr(backend, "api_client", None))
     return Server(settings, db, controller, token_path, policy, job_logs)

@@ -21,7 +21,7 @@ def _at(t: float) -> datetime:
 
 def proposal_out(row: ProposalRow, now: float | None = None) -> ProposalOut:
     """A proposal on the wire: estimate and measured effect side by side. A pending proposal past
-    its expiry reads ``expired`` even before :func:`~gpufleet.control.proposals.effect.upkeep` has
+    its expiry reads ``expired`` even before :func:`~gpufleet.services.proposals.effect.upkeep` has
     stored it so."""
     estimate = None
     if row.est_monthly_savings_usd is not None:

@@ -21,10 +21,10 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.backends.kubernetes.api import call_json
-from gpufleet.backends.kubernetes.backend import LABEL_JOB_ID
-from gpufleet.backends.kubernetes.pods import pod_facts
 from gpufleet.errors import BackendError, GpufleetError
+from gpufleet.k8s.adapter.api import call_json
+from gpufleet.k8s.adapter.backend import LABEL_JOB_ID
+from gpufleet.k8s.adapter.pods import pod_facts
 
 log = logging.getLogger(__name__)
 
@@ -183,5 +183,5 @@ def _emit(data: bytes, offset: int, position: int) -> Generator[bytes, None, int
     """Yield the part of ``data`` (at ``position`` of the view) from ``offset`` on; the new position."""
     end = position + len(data)
     if end > offset:
-        yield data[max(0, offset - position):]
+        yield data[max(0, offset - position) :]
     return end

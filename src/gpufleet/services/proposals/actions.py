@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from gpufleet.control.proposals.common import Actor
 from gpufleet.errors import InputError, NotFoundError
+from gpufleet.services.proposals.common import Actor
 from gpufleet.store import repo
 from gpufleet.store.models import BudgetRow, JobRow, ProposalRow
 from gpufleet.store.repo import budgets as budgets_repo

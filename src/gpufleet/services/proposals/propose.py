@@ -7,11 +7,11 @@ import hashlib
 import json
 from typing import Any
 
-from gpufleet.control.proposals.actions import target_team, typed_params, visible_proposal
-from gpufleet.control.proposals.common import Actor, UnsupportedActionError
-from gpufleet.control.proposals.plan import dry_run, planned_on
-from gpufleet.control.proposals.wire import proposal_out
 from gpufleet.errors import ConflictError
+from gpufleet.services.proposals.actions import target_team, typed_params, visible_proposal
+from gpufleet.services.proposals.common import Actor, UnsupportedActionError
+from gpufleet.services.proposals.plan import dry_run, planned_on
+from gpufleet.services.proposals.wire import proposal_out
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.wire import ProposalIn, ProposalOut

@@ -56,8 +56,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.backends.base import BackendEvent, EventKind
-from gpufleet.backends.kubernetes.api import call_json
-from gpufleet.backends.kubernetes.nodes import (
+from gpufleet.cost.catalog import PriceCatalog, PriceEntry
+from gpufleet.errors import BackendError, GpufleetError
+from gpufleet.k8s.adapter.api import call_json
+from gpufleet.k8s.adapter.nodes import (
     GF_INSTANCE_TYPE,
     GF_REGION,
     GPU_RESOURCE,
@@ -67,7 +69,7 @@ from gpufleet.backends.kubernetes.nodes import (
     quantity_mib,
     quantity_milli,
 )
-from gpufleet.backends.kubernetes.objects import (
+from gpufleet.k8s.adapter.objects import (
     KEY_CAPACITY_TYPE,
     KEY_NODEPOOL,
     NodePoolOffer,
@@ -76,8 +78,6 @@ from gpufleet.backends.kubernetes.objects import (
     node_claim,
     nodepool_offer,
 )
-from gpufleet.cost.catalog import PriceCatalog, PriceEntry
-from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
 
 log = logging.getLogger(__name__)

@@ -9,15 +9,18 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from gpufleet.control import jobs as jobs_service
-from gpufleet.control.proposals.actions import (
+from gpufleet.cost.rules import PricingRules
+from gpufleet.errors import GpufleetError, PermissionDeniedError, StoreError
+from gpufleet.model.job import JobState
+from gpufleet.services import jobs as jobs_service
+from gpufleet.services.proposals.actions import (
     JOB_SHAPE_ACTIONS,
     typed_params,
     visible_budget,
     visible_job,
     visible_proposal,
 )
-from gpufleet.control.proposals.common import (
+from gpufleet.services.proposals.common import (
     Actor,
     OwnerRequiredError,
     ProposalDecidedError,
@@ -27,7 +30,7 @@ from gpufleet.control.proposals.common import (
     TargetStateError,
     same_person,
 )
-from gpufleet.control.proposals.plan import (
+from gpufleet.services.proposals.plan import (
     budget_fields,
     changed_fields,
     gpus_text,
@@ -42,10 +45,7 @@ from gpufleet.control.proposals.plan import (
     shape_of_job,
     value_text,
 )
-from gpufleet.control.proposals.wire import proposal_out
-from gpufleet.cost.rules import PricingRules
-from gpufleet.errors import GpufleetError, PermissionDeniedError, StoreError
-from gpufleet.model.job import JobState
+from gpufleet.services.proposals.wire import proposal_out
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import ProposalRow

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.control.mlflow_sync import mlflow_labels
 from gpufleet.errors import InputError, PermissionDeniedError
+from gpufleet.integrations.mlflow_sync import mlflow_labels
 from gpufleet.model.gpu import GPU_MODELS, MILLI, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
 from gpufleet.model.node import Node, NodePool

@@ -91,8 +91,12 @@ class LeaseLeadership:
             except Exception as e:
                 log.warning("leader election: renewing lease %s/%s failed: %s", self.namespace, self.name, e)
         if self._held and self._mono() - self._renewed_at >= self.renew_deadline_s:
-            log.error("leader election: lease %s/%s not renewed in %.0fs: stepping down",
-                      self.namespace, self.name, self.renew_deadline_s)
+            log.error(
+                "leader election: lease %s/%s not renewed in %.0fs: stepping down",
+                self.namespace,
+                self.name,
+                self.renew_deadline_s,
+            )
             self._held = False
         return self._held
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from gpufleet.control.budgets import check_submission
-from gpufleet.control.owners import submit_owner
-from gpufleet.control.submit import PreparedSubmit, check_fits_store
 from gpufleet.cost.rules import PricingRules
 from gpufleet.errors import ConflictError
 from gpufleet.model.job import JobState
+from gpufleet.services.budgets import check_submission
+from gpufleet.services.owners import submit_owner
+from gpufleet.services.submit import PreparedSubmit, check_fits_store
 from gpufleet.store import repo
 from gpufleet.store.models import JobRow
 from gpufleet.wire import Role
@@ -34,7 +34,7 @@ def submit(
 ) -> tuple[JobRow, bool]:
     """Submit a prepared job in the transaction of ``s``; returns ``(job, created)``.
 
-    Feasibility first (:func:`~gpufleet.control.submit.check_fits_store`: the cycle's feasibility
+    Feasibility first (:func:`~gpufleet.services.submit.check_fits_store`: the cycle's feasibility
     rules against the store's nodes), then owners (a granted priority class, the Unix account it
     runs as, one team on a single-team server), then budgets (the block check, serialized per budget, raising
     :class:`~gpufleet.cost.budget_status.BudgetExceededError`), then the insert (an idempotent replay

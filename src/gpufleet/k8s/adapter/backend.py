@@ -40,10 +40,12 @@ from gpufleet.backends.base import (
     RecoveredState,
     RunHandle,
 )
-from gpufleet.backends.kubernetes.api import call_json
-from gpufleet.backends.kubernetes.dcgm import parse_dcgm
-from gpufleet.backends.kubernetes.nodes import node_info
-from gpufleet.backends.kubernetes.objects import (
+from gpufleet.cost.catalog import PriceCatalog
+from gpufleet.errors import BackendError, GpufleetError
+from gpufleet.k8s.adapter.api import call_json
+from gpufleet.k8s.adapter.dcgm import parse_dcgm
+from gpufleet.k8s.adapter.nodes import node_info
+from gpufleet.k8s.adapter.objects import (
     SCHEDULER_NAME,
     batch_job,
     binding,
@@ -51,16 +53,14 @@ from gpufleet.backends.kubernetes.objects import (
     job_name,
     pod_scheduled_false,
 )
-from gpufleet.backends.kubernetes.pods import ANNOTATION_JOB_ID, ANNOTATION_RUN, PodFacts, pod_facts
-from gpufleet.cost.catalog import PriceCatalog
-from gpufleet.errors import BackendError, GpufleetError
+from gpufleet.k8s.adapter.pods import ANNOTATION_JOB_ID, ANNOTATION_RUN, PodFacts, pod_facts
 from gpufleet.model.gpu import gpu_model
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import Node, NodePool
 from gpufleet.model.share import ADOPTED_LABEL, NODE_REPLICAS_LABEL
 
 if TYPE_CHECKING:
-    from gpufleet.backends.kubernetes.provisioner import KarpenterProvisioner
+    from gpufleet.k8s.adapter.provisioner import KarpenterProvisioner
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +140,15 @@ class KubernetesBackend:
         self.provisioner = provisioner
         self.capabilities = Capabilities(
             frozenset(
-                {Capability.FRACTIONAL, Capability.MIG, Capability.SPOT, Capability.PREEMPTION, Capability.MULTI_NODE,
-                 Capability.RESOURCE_LIMITS, Capability.DEVICE_ISOLATION}
+                {
+                    Capability.FRACTIONAL,
+                    Capability.MIG,
+                    Capability.SPOT,
+                    Capability.PREEMPTION,
+                    Capability.MULTI_NODE,
+                    Capability.RESOURCE_LIMITS,
+                    Capability.DEVICE_ISOLATION,
+                }
                 | ({Capability.AUTOSCALING} if provisioner is not None else set())
             ),
             {
@@ -235,7 +242,7 @@ class KubernetesBackend:
         return self._handle(run)
 
     def _launch_adopted(self, req: LaunchRequest) -> RunHandle:
-        """A job adopted from pods someone else created (:mod:`gpufleet.control.k8s_adopt`): no Job
+        """A job adopted from pods someone else created (:mod:`gpufleet.k8s.adopt`): no Job
         is created; its waiting pods are marked as this run and bound by :meth:`poll` once the gang
         is complete (after a stop, its own controller may still be making the pods again)."""
         pods = [p for p in self._pods() if p.job_id == req.job_id]
@@ -251,12 +258,19 @@ class KubernetesBackend:
         from kubernetes.client.exceptions import ApiException
 
         for pod in pods:
-            if (pod.job_id != r.job_id or pod.run == r.run or pod.node is not None or pod.terminal
-                    or pod.deletion_timestamp is not None):
+            if (
+                pod.job_id != r.job_id
+                or pod.run == r.run
+                or pod.node is not None
+                or pod.terminal
+                or pod.deletion_timestamp is not None
+            ):
                 continue
             try:
                 self.core.patch_namespaced_pod(
-                    pod.name, pod.namespace, {"metadata": {"annotations": {ANNOTATION_RUN: str(r.run)}}},
+                    pod.name,
+                    pod.namespace,
+                    {"metadata": {"annotations": {ANNOTATION_RUN: str(r.run)}}},
                     _preload_content=False,
                 )
             except ApiException as e:
@@ -398,19 +412,40 @@ class KubernetesBackend:
             own = [p for p in pods if p.phase == "Failed" and not _disrupted(p)]
             if own:
                 p = own[0]
-                return BackendEvent(EventKind.FAILED, now, r.job_id, r.run, exit_code=p.exit_code,
-                                    reason=f"pod {p.key} failed" + (f" (exit {p.exit_code})" if p.exit_code else ""),
-                                    started_at=started, ended_at=p.finished_at or now)
+                return BackendEvent(
+                    EventKind.FAILED,
+                    now,
+                    r.job_id,
+                    r.run,
+                    exit_code=p.exit_code,
+                    reason=f"pod {p.key} failed" + (f" (exit {p.exit_code})" if p.exit_code else ""),
+                    started_at=started,
+                    ended_at=p.finished_at or now,
+                )
             # every pod exited 0 before the stop reached it: the run succeeded (its work is done)
             done = pods and len(pods) >= len(r.nodes) and all(p.phase == "Succeeded" for p in pods)
-            return BackendEvent(EventKind.SUCCEEDED if done else EventKind.STOPPED, now, r.job_id, r.run,
-                                exit_code=0 if done else None, reason="" if done else r.stopping,
-                                started_at=started, ended_at=max(ends) if ends else now)
+            return BackendEvent(
+                EventKind.SUCCEEDED if done else EventKind.STOPPED,
+                now,
+                r.job_id,
+                r.run,
+                exit_code=0 if done else None,
+                reason="" if done else r.stopping,
+                started_at=started,
+                ended_at=max(ends) if ends else now,
+            )
         gone = len(r.nodes) - sum(1 for p in pods if p.node is not None)
         if r.bound and gone > 0 and not any(p.phase == "Failed" for p in pods):
             # deleted by someone else (a drain, the pod garbage collector) before their end was seen
-            return BackendEvent(EventKind.LOST, now, r.job_id, r.run, reason=f"{gone} of its pods were deleted",
-                                started_at=started, ended_at=now)
+            return BackendEvent(
+                EventKind.LOST,
+                now,
+                r.job_id,
+                r.run,
+                reason=f"{gone} of its pods were deleted",
+                started_at=started,
+                ended_at=now,
+            )
         if not pods:
             return None
         failed = [p for p in pods if p.phase == "Failed"]
@@ -421,12 +456,27 @@ class KubernetesBackend:
             reason = f"pod {p.key} failed" + (f" (exit {p.exit_code})" if p.exit_code else "")
             if kind is EventKind.STOPPED:
                 reason = f"pod {p.key} disrupted: {disrupted.reason if disrupted else ''}".rstrip(": ")
-            return BackendEvent(kind, now, r.job_id, r.run, exit_code=p.exit_code, reason=reason, started_at=started,
-                                ended_at=p.finished_at or now)
+            return BackendEvent(
+                kind,
+                now,
+                r.job_id,
+                r.run,
+                exit_code=p.exit_code,
+                reason=reason,
+                started_at=started,
+                ended_at=p.finished_at or now,
+            )
         if len(pods) >= len(r.nodes) and all(p.phase == "Succeeded" for p in pods):
             ends = [p.finished_at for p in pods if p.finished_at is not None]
-            return BackendEvent(EventKind.SUCCEEDED, now, r.job_id, r.run, exit_code=0, started_at=started,
-                                ended_at=max(ends) if ends else now)
+            return BackendEvent(
+                EventKind.SUCCEEDED,
+                now,
+                r.job_id,
+                r.run,
+                exit_code=0,
+                started_at=started,
+                ended_at=max(ends) if ends else now,
+            )
         return None
 
     def _node_events(self) -> list[BackendEvent]:
