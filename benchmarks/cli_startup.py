@@ -8,7 +8,7 @@ parsing, the command itself, exit):
   SDK retries a closed port for seconds, which would measure its backoff, not the start-up).
 
 Also reports which heavy modules a bare ``import gpufleet.cli.main`` loads, for the gpufleet this
-Python imports (none should be; ``tests/test_cli_ux.py`` checks it too).
+Python imports (none should be; ``tests/cli/test_cli_ux.py`` checks it too).
 Prints JSON lines per command: the wall time's median, p90 and minimum and the median CPU time
 (user + system), in ms.
 

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.serverproc import ServerProcess
+from tests.support.serverproc import ServerProcess
 
 TORCH_JOB = """
 import os, time, torch

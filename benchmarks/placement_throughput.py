@@ -12,8 +12,8 @@ import argparse
 import json
 import time
 
-from gpufleet.io.experiments import load_cluster
-from gpufleet.sim.experiments.fragmentation import run_seed
+from gpufleet.io.fragmentation import load_cluster
+from gpufleet.experiments.fragmentation import run_seed
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ mutating policy of your cluster (Kyverno, a MutatingAdmissionPolicy) on pods tha
 See examples/README.md for what gpufleet does with such pods today.
 
 :data:`EXPECTED_POD_METADATA` is what the compiled pipeline's Kubernetes platform spec holds for each
-task (tests/test_examples.py compiles the pipeline and compares, when kfp is installed).
+task (tests/project/test_examples.py compiles the pipeline and compares, when kfp is installed).
 """
 
 import sys  # no `from __future__ import annotations`: kfp reads the components' annotations as types

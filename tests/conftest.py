@@ -7,7 +7,7 @@
 - ``empty_db_url`` — the same two backends, but an empty database (for migration tests).
 - ``pg_url`` — PostgreSQL only, fresh and migrated (end-to-end tests, benchmarks).
 
-One PostgreSQL cluster runs per pytest session and xdist worker (``tests/pg.py``), started on first
+One PostgreSQL cluster runs per pytest session and xdist worker (``tests/support/pg.py``), started on first
 use. Without PostgreSQL binaries the PostgreSQL cases fail with a message saying what to install;
 set ``GPUFLEET_SKIP_PG=1`` to skip them instead (CI installs PostgreSQL, so there they always run).
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.store.db import Database
-from tests.pg import PostgresCluster, PostgresUnavailable
+from tests.support.pg import PostgresCluster, PostgresUnavailable
 
 PG_TEMPLATE = "gpufleet_template"
 BACKENDS = ["sqlite", "postgresql"]

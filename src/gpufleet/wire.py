@@ -576,7 +576,7 @@ class ProgressIn(_Wire):
 
 
 # The API's form of the engine's gpufleet.cost.forecast.JobForecast (the same fields: money rounded, an
-# unbounded high end null); the MCP tool's answer (gpufleet.agent.models.JobCostForecast) extends it.
+# unbounded high end null); the MCP tool's answer (gpufleet.agent.outputs.JobCostForecast) extends it.
 class JobForecastOut(_Out):
     """What a running job will still cost (``method``: progress | estimate | none), with an interval."""
 

@@ -1,13 +1,14 @@
-"""The Kubernetes substrate fixtures for tests under ``tests/k8s/`` (defined in :mod:`tests.k8s.fixtures`).
+"""The Kubernetes substrate fixtures for the tests in ``tests/k8s/`` (defined in
+:mod:`tests.support.k8s.fixtures`):
 
 - ``k8s_cluster`` — a running API server + kubelet on 127.0.0.1 (a free port), stopped afterwards;
 - ``k8s_cluster_factory`` — ``make(kubelet=KubeletConfig(...), watch_history=..., ...)``;
 - ``k8s_kubelet`` — the cluster's kubelet stand-in;
 - ``k8s_api_client`` — a ``kubernetes.client.ApiClient`` pointing at the cluster.
 
-Test modules outside this directory use ``pytest_plugins = ["tests.k8s.fixtures"]`` instead.
+Test modules outside this directory use ``pytest_plugins = ["tests.support.k8s.fixtures"]`` instead.
 """
 
-from tests.k8s.fixtures import k8s_api_client, k8s_cluster, k8s_cluster_factory, k8s_kubelet
+from tests.support.k8s.fixtures import k8s_api_client, k8s_cluster, k8s_cluster_factory, k8s_kubelet
 
 __all__ = ["k8s_api_client", "k8s_cluster", "k8s_cluster_factory", "k8s_kubelet"]

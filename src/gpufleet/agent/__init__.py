@@ -1,7 +1,7 @@
 """gpufleet for AI agents: an MCP server (``gpufleet mcp``) whose tools answer cost questions and file
 proposals through the REST API with the caller's own token.
 
-- :mod:`gpufleet.agent.models`: the tools' typed inputs and answers (pydantic models: the MCP
+- :mod:`gpufleet.agent.outputs`: the tools' typed inputs and answers (pydantic models: the MCP
   schemas and structured content);
 - :mod:`gpufleet.agent.tools`: the tool functions over an SDK :class:`~gpufleet.sdk.Client`, with the
   arithmetic and the sentences of their answers (no MCP import: testable without it);

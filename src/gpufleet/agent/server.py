@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpufleet import __version__
 from gpufleet.agent import tools
-from gpufleet.agent.models import (
+from gpufleet.agent.outputs import (
     AnomalyDiagnosis,
     BudgetPlanCheck,
     Configuration,

@@ -1,7 +1,7 @@
 """``gpufleet experiment``: reproduce research experiments (mounted by the main CLI).
 
 ``gpufleet experiment fragmentation`` runs the FGD paper's fragmentation experiment on openb
-traces (see :mod:`gpufleet.sim.experiments.fragmentation`). The experiment (numpy, the placement
+traces (see :mod:`gpufleet.experiments.fragmentation`). The experiment (numpy, the placement
 policies) is imported when the command runs, not when ``gpufleet`` starts.
 """
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from gpufleet.experiments.inference.model import Precision
-    from gpufleet.sim.experiments.fragmentation import TraceResult
+    from gpufleet.experiments.fragmentation import TraceResult
 
 experiment_app = typer.Typer(help="Reproduce research experiments (e.g. FGD fragmentation).", no_args_is_help=True)
 
@@ -124,7 +124,7 @@ def fragmentation(
 
     A progress bar with an ETA (runs done of trace × policy × seed) is shown on a terminal, never
     with --json."""
-    from gpufleet.io.experiments import run_fragmentation
+    from gpufleet.io.fragmentation import run_fragmentation
     from gpufleet.scheduling import placement as _placement  # noqa: F401  (registers the policies)
     from gpufleet.scheduling.framework import PLACEMENT
 

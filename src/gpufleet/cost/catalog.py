@@ -251,7 +251,7 @@ class PriceCatalog:
         module does no I/O); call that instead. ``name`` labels a stream in messages and
         provenance. With ``strict`` every warning is an error. Raises :class:`CatalogError`.
         """
-        from gpufleet.io.catalog import load_catalog  # layering exception, see tests/test_layering.py
+        from gpufleet.io.catalog import load_catalog  # layering exception, see tests/project/test_layering.py
 
         return load_catalog(path, strict=strict, spot_estimate=spot_estimate, name=name)
 

@@ -2,7 +2,7 @@
 
 The shipped JSON (``gpufleet/data/grafana/dashboards/*.json``) is this module's output, checked in:
 ``python -m gpufleet.dashboards`` rewrites it, ``python -m gpufleet.dashboards --check`` fails when
-it differs (tests/test_dashboards.py does the same), ``--docs`` prints the panel tables of
+it differs (tests/observability/test_dashboards.py does the same), ``--docs`` prints the panel tables of
 docs/dashboards.md.
 
 Every dashboard has a ``${datasource}`` variable (any Prometheus), schemaVersion 39 and a fixed uid

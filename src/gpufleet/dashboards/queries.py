@@ -1,5 +1,5 @@
 """A dashboard's panels and queries, and running a panel's query outside Grafana: dashboard variables
-and Grafana's built-ins expanded into PromQL Prometheus can run (tests/test_prometheus_live.py).
+and Grafana's built-ins expanded into PromQL Prometheus can run (tests/observability/test_prometheus_live.py).
 """
 
 from __future__ import annotations

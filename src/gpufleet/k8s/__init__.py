@@ -7,7 +7,7 @@
 - :mod:`gpufleet.k8s.adopt` — adopting GPU workloads gpufleet did not create;
 - :mod:`gpufleet.k8s.reconcile` — the reconcilers of the ``CostBudget`` and ``CostAttribution`` CRs;
 - :mod:`gpufleet.k8s.webhook` — the admission webhook's HTTPS server; its decisions are
-  :mod:`gpufleet.k8s.admission`'s (pure);
+  :mod:`gpufleet.k8s.review`'s (pure);
 - plain data (no client, no I/O): :mod:`~gpufleet.k8s.crds` (the ``gpufleet.io/v1alpha1`` CRDs),
   :mod:`~gpufleet.k8s.crread` (reading those CRs), :mod:`~gpufleet.k8s.costbudget` (a ``CostBudget``
   ↔ a budget), :mod:`~gpufleet.k8s.attribution` (a ``CostAttribution`` → a cost report),

@@ -9,7 +9,7 @@ file and the field (``devicePlugin.configs[ts-4].sharing.timeSlicing.resources[0
 ``pattern`` (searched, as the standard says; gpufleet's patterns are anchored), ``anyOf``,
 ``oneOf``, ``allOf`` and ``not``. Annotations (``title``, ``description``, ``default``, ``$schema``,
 ``$id``, ``$defs``) are ignored; any other keyword raises :class:`ValueError` so a schema never
-silently says more than is checked. ``tests/test_k8s_gpustack.py`` checks that it agrees with the
+silently says more than is checked. ``tests/k8s/test_k8s_gpustack.py`` checks that it agrees with the
 ``jsonschema`` package on NVIDIA's samples and on broken documents.
 
 Pure: schemas and documents are plain data.

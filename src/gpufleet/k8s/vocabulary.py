@@ -1,5 +1,5 @@
 """Every Kubernetes name gpufleet reads or writes, once: labels, annotations, extended resources,
-API groups. Data only (rank 0 in ``tests/test_layering.py``): any layer may name these; none
+API groups. Data only (rank 0 in ``tests/project/test_layering.py``): any layer may name these; none
 defines its own.
 """
 

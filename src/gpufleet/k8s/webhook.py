@@ -7,7 +7,7 @@ Secret at ``/etc/gpufleet/webhook-tls``; a renewed certificate is picked up with
 restart), in a thread of the server process, on every replica — the leader and the standbys alike:
 the webhook reads the store, it does not need the scheduler.
 
-The decisions are :mod:`gpufleet.k8s.admission`'s; this module reads what they need from the store
+The decisions are :mod:`gpufleet.k8s.review`'s; this module reads what they need from the store
 in one transaction per request — the namespace's team and its priority grant, the node kinds and
 their prices, the gpufleet job a pod runs — and hands them the API's own budget check
 (:func:`gpufleet.services.budgets.check_submission`, the code path of ``POST /v1/jobs``) as the
@@ -15,7 +15,7 @@ budget-check callable. Like the API the check is serialized per budget and recor
 crossing that starts a block budget's grace window when it lets the workload in; a denial and a
 ``dryRun`` request roll everything back (the registration says ``sideEffects: NoneOnDryRun``).
 
-failurePolicy (see :mod:`gpufleet.k8s.admission` and docs/admission-webhook.md): a store that
+failurePolicy (see :mod:`gpufleet.k8s.review` and docs/admission-webhook.md): a store that
 cannot be read, or that does not answer within ``webhook.deadline_s``, is answered as
 ``webhook.failure_policy`` promises — ``Fail``: ``allowed: false``, ``status.code`` 500,
 ``"gpufleet cannot read budgets: ..."``; ``Ignore``: ``allowed: true`` with that warning. A body that
@@ -45,7 +45,7 @@ from gpufleet.cost.job_estimate import estimate_job_cost
 from gpufleet.cost.rules import PricingRules, rules_from_setting
 from gpufleet.errors import ConfigError, NotFoundError, PermissionDeniedError, StoreError
 from gpufleet.io.ports import check_port
-from gpufleet.k8s.admission import (
+from gpufleet.k8s.review import (
     BudgetAnswer,
     BudgetCheck,
     BudgetFigures,

@@ -27,7 +27,7 @@ shape still queued can only wait for room (it failed with every node, or — whe
 only admit — no node fits it now, or it failed beside the reservation and none of its jobs can end
 before the shadow time), the cycle stops: the rest of the queue waits with "no node has room",
 filled into :attr:`Decisions.waiting` (and the rest of :attr:`Decisions.order`) only when read.
-The decisions are those of the full pass, job for job (``tests/test_cycle.py`` compares them).
+The decisions are those of the full pass, job for job (``tests/scheduling/test_cycle.py`` compares them).
 """
 
 from __future__ import annotations

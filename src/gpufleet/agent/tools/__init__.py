@@ -26,7 +26,7 @@ from gpufleet.agent.tools.costs import UTIL_KINDS, cost_analysis, cost_report, d
 from gpufleet.agent.tools.plans import check_budget_for_plan, forecast_job_cost
 from gpufleet.agent.tools.resources import budgets_resource, queue_resource, recommendations_resource
 
-# their names before the split into modules (tests/test_mcp.py reads them)
+# their names before the split into modules (tests/agent/test_mcp.py reads them)
 _milli = milli
 _job_gpus = job_gpus
 

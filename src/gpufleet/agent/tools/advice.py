@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.agent.models import ProposalAnswer, Recommendations, ReplayFigures, WhatIfAnswer
+from gpufleet.agent.outputs import ProposalAnswer, Recommendations, ReplayFigures, WhatIfAnswer
 from gpufleet.agent.tools.common import check_team, duration, milli, scope_of, to_recommendation, usd, when
 from gpufleet.errors import InputError
 from gpufleet.wire import JobOut, ProposalEstimate

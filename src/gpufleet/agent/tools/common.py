@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from gpufleet.agent.models import Recommendation
+from gpufleet.agent.outputs import Recommendation
 from gpufleet.wire import JobOut, RecommendationOut
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpufleet.agent.models import Configuration, ConfigurationComparison, ConfigurationEstimate, Reference
+from gpufleet.agent.outputs import Configuration, ConfigurationComparison, ConfigurationEstimate, Reference
 from gpufleet.agent.tools.common import duration, hours_text, milli, rounded, significant, usd
 from gpufleet.agent.tools.pricing import canonical_gpu, catalog_price, node_prices, spot_ratio
 from gpufleet.errors import InputError

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from gpufleet.agent.models import (
+from gpufleet.agent.outputs import (
     AnomalyDiagnosis,
     CostAnalysis,
     CostLine,

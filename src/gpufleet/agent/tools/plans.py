@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.agent.models import BudgetLine, BudgetPlanCheck, JobCostForecast, PlanKind, PlanOption
+from gpufleet.agent.outputs import BudgetLine, BudgetPlanCheck, JobCostForecast, PlanKind, PlanOption
 from gpufleet.agent.tools.common import duration, hours_text, rounded, significant, usd
 from gpufleet.agent.tools.pricing import canonical_gpu, catalog_price, node_prices, spot_ratio
 from gpufleet.errors import InputError

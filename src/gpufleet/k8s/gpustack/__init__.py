@@ -19,7 +19,7 @@ Pure functions: the only I/O is :func:`packaged_text`, which reads packaged data
 
 One module per purpose (this package re-exports their public names):
 
-- :mod:`~gpufleet.k8s.gpustack.model` — the definitions (:class:`GpuStack`, :class:`PoolDef`,
+- :mod:`~gpufleet.k8s.gpustack.spec` — the definitions (:class:`GpuStack`, :class:`PoolDef`,
   :class:`GpuSharing`, :class:`ClusterPolicySettings`) and the names the modules share;
 - :mod:`~gpufleet.k8s.gpustack.packaged` — the packaged data: the pool file and the JSON Schemas;
 - :mod:`~gpufleet.k8s.gpustack.parse` — parsing and checking a pool file (its **checks**);
@@ -31,7 +31,7 @@ One module per purpose (this package re-exports their public names):
 - :mod:`~gpufleet.k8s.gpustack.yamltext` — YAML text as ``gpufleet k8s gpu-config`` prints it.
 """
 
-from gpufleet.k8s.gpustack.model import (
+from gpufleet.k8s.gpustack.spec import (
     ALL_DISABLED,
     LABEL_DEVICE_PLUGIN_CONFIG,
     LABEL_MIG_CONFIG,

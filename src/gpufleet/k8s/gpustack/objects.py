@@ -22,7 +22,7 @@ from typing import Any, Final
 import yaml
 
 from gpufleet.errors import InputError
-from gpufleet.k8s.gpustack.model import PARTS, GpuStack, Part
+from gpufleet.k8s.gpustack.spec import PARTS, GpuStack, Part
 from gpufleet.k8s.gpustack.values import chart_values
 
 MIG_PARTED_KEY: Final = "config.yaml"  # the key of the mig-parted ConfigMap the MIG manager reads

@@ -25,7 +25,7 @@ import yaml
 from gpufleet.errors import InputError
 from gpufleet.k8s.adapter.nodes import GPU_RESOURCE
 from gpufleet.k8s.adapter.provisioner import LABEL_POOL, LABEL_PROVISIONED
-from gpufleet.k8s.gpustack.model import (
+from gpufleet.k8s.gpustack.spec import (
     ALL_DISABLED,
     AWS_NODE_CLASS,
     LABEL_DEVICE_PLUGIN_CONFIG,

@@ -36,7 +36,7 @@ from gpufleet.k8s.adapter.nodes import (
 )
 from gpufleet.k8s.adapter.objects import KEY_CAPACITY_TYPE, KEY_NODEPOOL, label_value
 from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES, LABEL_POOL, LABEL_PROVISIONED, allocatable
-from gpufleet.k8s.gpustack.model import (
+from gpufleet.k8s.gpustack.spec import (
     ALL_DISABLED,
     LABEL_DEVICE_PLUGIN_CONFIG,
     LABEL_MIG_CONFIG,

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from gpufleet.errors import InputError
 from gpufleet.k8s.adapter.nodes import GPU_RESOURCE, SHARED_GPU_RESOURCE
-from gpufleet.k8s.gpustack.model import GpuSharing, GpuStack, PoolDef
+from gpufleet.k8s.gpustack.spec import GpuSharing, GpuStack, PoolDef
 from gpufleet.k8s.schemacheck import field_path
 from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MigProfile, gpu_model
 from gpufleet.model.node import SharingMode

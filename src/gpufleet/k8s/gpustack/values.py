@@ -15,7 +15,7 @@ from typing import Any
 from gpufleet.k8s.adapter.nodes import GPU_RESOURCE, LABEL_INSTANCE_TYPE
 from gpufleet.k8s.adapter.objects import KEY_CAPACITY_TYPE
 from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES
-from gpufleet.k8s.gpustack.model import ALL_DISABLED, AWS_NODE_CLASS, GpuStack, PoolDef
+from gpufleet.k8s.gpustack.spec import ALL_DISABLED, AWS_NODE_CLASS, GpuStack, PoolDef
 from gpufleet.k8s.gpustack.packaged import schemas
 from gpufleet.k8s.gpustack.pools import template_labels
 from gpufleet.k8s.gpustack.sharing import pool_sharing

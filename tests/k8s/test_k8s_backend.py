@@ -1,0 +1,270 @@
+"""The Kubernetes backend against the closest substrate this machine allows: kmock 0.8 serving the
+Kubernetes API on 127.0.0.1 with the behaviours of a real API server added (``tests/k8s``), a Job
+controller stand-in that makes pods from ``batch/v1`` Jobs as kube-controller-manager does, and a
+kubelet stand-in (KWOK-style stages) that runs bound pods, records SIGTERM on graceful deletion and
+ends them. Every object the backend writes is validated by the substrate against Kubernetes 1.29's
+schemas. What only a real cluster can confirm: the real scheduler framework's view of gpufleet's
+bindings, the device plugin's GPU assignment, Karpenter's reaction to the pods' conditions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kubernetes.client
+import pytest
+
+from gpufleet.backends.base import BackendEvent, EventKind, LaunchRequest, RecoveredState
+from gpufleet.k8s.adapter.backend import KubernetesBackend
+from gpufleet.model.job import PodPlacement
+from tests.support.k8s.cluster import Cluster
+from tests.support.k8s.jobcontroller import JobController
+from tests.support.k8s.kubelet import KubeletConfig, taint_disrupted
+
+pytestmark = pytest.mark.slow
+
+NS = "alpha"
+
+
+class World:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.client = cluster.api_client()
+        self.core: Any = kubernetes.client.CoreV1Api(self.client)
+        self.core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        cluster.add_gpu_node("gpu-a")
+        cluster.add_gpu_node("gpu-b", capacity_type="spot")
+        self.jobs = JobController(self.client).start()
+        self.backend = KubernetesBackend(self.client)
+        self.events: list[BackendEvent] = []
+
+    def close(self) -> None:
+        self.jobs.stop()
+        self.client.close()  # type: ignore[no-untyped-call]
+        assert not self.jobs.errors, self.jobs.errors
+
+    def request(self, job: str, *nodes: str, run: int = 1) -> LaunchRequest:
+        return LaunchRequest(
+            job,
+            run,
+            ["python", "train.py"],
+            tuple(PodPlacement(n, (0,)) for n in nodes),
+            team=NS,
+            grace_s=5,
+            image="ghcr.io/acme/train:1.4",
+        )
+
+    def until(self, pred: Callable[[list[BackendEvent]], bool], timeout: float = 30.0) -> list[BackendEvent]:
+        seen: list[BackendEvent] = []
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            seen += self.backend.poll()
+            if pred(seen):
+                return seen
+            time.sleep(0.05)
+        raise AssertionError(f"not reached; events: {seen}")
+
+    def running(self, job: str) -> None:
+        """Poll the backend (it binds the pods) until a pod of ``job`` runs."""
+
+        def check() -> bool:
+            self.events += self.backend.poll()
+            return any(p.get("status", {}).get("phase") == "Running" for p in self.pods(job))
+
+        self.cluster.wait_for(check, timeout=10, interval=0.05, what=f"a pod of {job} running")
+
+    def pods(self, job: str) -> list[dict[str, Any]]:
+        import json
+
+        resp = self.core.list_namespaced_pod(NS, label_selector=f"gpufleet.io/job-id={job}", _preload_content=False)
+        return list(json.loads(resp.data)["items"])
+
+
+@pytest.fixture
+def make_world(k8s_cluster_factory: Callable[..., Cluster]) -> Iterator[Callable[..., World]]:
+    worlds: list[World] = []
+
+    def make(duration_s: float | None = 0.6) -> World:
+        w = World(k8s_cluster_factory(kubelet=KubeletConfig(default_duration_s=duration_s, checkpoint_s=0.2)))
+        worlds.append(w)
+        return w
+
+    yield make
+    for w in worlds:
+        w.close()
+
+
+def _ended(job: str, kind: EventKind) -> Callable[[list[BackendEvent]], bool]:
+    return lambda evs: any(e.job_id == job and e.kind is kind for e in evs)
+
+
+def test_inventory_reads_the_gpu_feature_discovery_labels(make_world: Callable[..., World]) -> None:
+    w = make_world()
+    nodes = {n.name: n for n in w.backend.inventory()}
+    assert set(nodes) == {"gpu-a", "gpu-b"}
+    assert (nodes["gpu-a"].gpu_model, nodes["gpu-a"].gpu_count) == ("A100-80GB", 8)
+    assert str(nodes["gpu-b"].capacity_type) == "spot"
+
+
+def test_a_run_is_a_job_whose_pod_is_bound_where_the_placement_says(make_world: Callable[..., World]) -> None:
+    w = make_world(duration_s=2.0)
+    w.backend.inventory()
+    w.backend.launch(w.request("j1", "gpu-b"))
+    events = w.until(_ended("j1", EventKind.SUCCEEDED))
+    ev = next(e for e in events if e.job_id == "j1")
+    (pod,) = w.pods("j1")
+    assert pod["spec"]["nodeName"] == "gpu-b" and pod["spec"]["schedulerName"] == "gpufleet"
+    assert pod["metadata"]["labels"]["team"] == NS
+    assert pod["spec"]["containers"][0]["image"] == "ghcr.io/acme/train:1.4"
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] in (1, "1")
+    # the ledger meters the container's own run time, as the kubelet recorded it (Kubernetes
+    # timestamps have whole seconds: to the second)
+    assert ev.started_at is not None and ev.ended_at is not None
+    assert ev.ended_at - ev.started_at == pytest.approx(2.0, abs=1.0)
+
+
+def test_a_gang_is_bound_all_together(make_world: Callable[..., World]) -> None:
+    w = make_world()
+    w.backend.inventory()
+    w.backend.launch(w.request("gang", "gpu-a", "gpu-b"))
+    w.until(_ended("gang", EventKind.SUCCEEDED))
+    placed = sorted(
+        (int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]), p["spec"]["nodeName"])
+        for p in w.pods("gang")
+    )
+    assert placed == [(0, "gpu-a"), (1, "gpu-b")]
+
+
+def test_stop_evicts_with_the_grace_and_no_replacement_pod_starts(make_world: Callable[..., World]) -> None:
+    w = make_world(duration_s=None)  # runs until stopped
+    w.backend.inventory()
+    w.backend.launch(w.request("long", "gpu-a"))
+    w.running("long")
+    w.backend.stop("long", 1, "preempted by urgent", grace_s=5)
+    events = w.until(_ended("long", EventKind.STOPPED))
+    assert next(e for e in events if e.job_id == "long").reason == "preempted by urgent"
+    assert w.cluster.kubelet is not None
+    assert [s.signal for s in w.cluster.kubelet.sigterms(NS)][:1] == ["SIGTERM"]  # it could checkpoint
+    time.sleep(0.5)
+    assert sum(w.jobs.created.values()) == 1  # the Job was deleted: the evicted pod was not replaced
+
+
+def test_node_changes_and_spot_notices_are_events(make_world: Callable[..., World]) -> None:
+    w = make_world()
+    w.backend.inventory()
+    w.cluster.add_gpu_node("gpu-c", product="NVIDIA-H100-80GB-HBM3")
+    w.until(lambda evs: any(e.kind is EventKind.NODE_ADDED and e.node == "gpu-c" for e in evs))
+    node = w.backend.node("gpu-c")
+    assert node is not None and node.gpu_model == "H100-80GB"
+    taint_disrupted(w.core, "gpu-b")
+    evs = w.until(lambda evs: any(e.kind is EventKind.NODE_INTERRUPTED and e.node == "gpu-b" for e in evs))
+    assert "karpenter" in next(e for e in evs if e.kind is EventKind.NODE_INTERRUPTED).reason
+    w.core.delete_node("gpu-b")
+    w.until(lambda evs: any(e.kind is EventKind.NODE_REMOVED and e.node == "gpu-b" for e in evs))
+
+
+def test_a_restarted_backend_adopts_a_running_run(make_world: Callable[..., World]) -> None:
+    w = make_world(duration_s=1.5)
+    w.backend.inventory()
+    w.backend.launch(w.request("adopt", "gpu-a"))
+    w.running("adopt")
+    fresh = KubernetesBackend(w.client)  # the leader died; another replica takes over
+    fresh.inventory()
+    got = fresh.recover("adopt", 1)
+    assert got.state is RecoveredState.RUNNING
+    w.backend = fresh
+    w.until(_ended("adopt", EventKind.SUCCEEDED))
+    assert fresh.recover("nosuch", 1).state is RecoveredState.ABSENT
+
+
+def test_waiting_pods_say_why_for_kubectl_describe_and_karpenter(make_world: Callable[..., World]) -> None:
+    w = make_world()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "waits",
+            "namespace": NS,
+            "labels": {"gpufleet.io/job-id": "jw"},
+            "annotations": {"gpufleet.io/job-id": "jw"},
+        },
+        "spec": {"schedulerName": "gpufleet", "containers": [{"name": "main", "image": "acme/x:1"}]},
+    }
+    w.core.create_namespaced_pod(NS, pod)
+    assert w.backend.report_waiting({"jw": "quota: team alpha is at its 8 GPUs"}) == 1
+    (got,) = w.pods("jw")
+    cond = next(c for c in got["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "False",
+        "Unschedulable",
+        "quota: team alpha is at its 8 GPUs",
+    )
+    assert w.backend.report_waiting({"jw": "quota: team alpha is at its 8 GPUs"}) == 0  # unchanged: no write
+    assert w.backend.report_waiting({"other": "x"}) == 0
+
+
+def test_dcgm_exporter_samples_are_attributed_to_the_jobs_of_the_pods(make_world: Callable[..., World]) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from gpufleet.k8s.adapter.backend import KubernetesOptions
+
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    w.backend.launch(w.request("hot", "gpu-a"))
+    w.running("hot")
+    (pod,) = w.pods("hot")
+    text = (
+        "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-1",Hostname="gpu-a",pod="{pod["metadata"]["name"]}",'
+        f'namespace="{NS}",container="main"}} 87\n'
+        "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n"
+        f'DCGM_FI_DEV_FB_USED{{gpu="0",UUID="GPU-1",Hostname="gpu-a",pod="{pod["metadata"]["name"]}",'
+        f'namespace="{NS}",container="main"}} 30000\n'
+        "# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).\n# TYPE DCGM_FI_DEV_FB_FREE gauge\n"
+        f'DCGM_FI_DEV_FB_FREE{{gpu="0",UUID="GPU-1",Hostname="gpu-a",pod="{pod["metadata"]["name"]}",'
+        f'namespace="{NS}",container="main"}} 51920\n'
+    ).encode()
+
+    class Exporter(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(text)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        w.backend.options = KubernetesOptions(
+            dcgm_urls=(f"http://127.0.0.1:{srv.server_address[1]}/metrics", "http://127.0.0.1:1/metrics")
+        )  # the second is down
+        (g,) = w.backend.telemetry()
+        assert (g.node, g.gpu_index, g.utilization_pct) == ("gpu-a", 0, 87.0)
+        assert g.job_memory_mib == {"hot": 30000.0} and g.memory_total_mib == pytest.approx(81920.0)
+    finally:
+        srv.shutdown()
+        w.backend.stop("hot", 1, "done", grace_s=1)
+
+
+def test_gpus_held_by_other_schedulers_pods_are_reported(make_world: Callable[..., World]) -> None:
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    other = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "someone-elses", "namespace": NS},
+        "spec": {
+            "nodeName": "gpu-a",
+            "containers": [{"name": "main", "image": "acme/x:1", "resources": {"limits": {"nvidia.com/gpu": "6"}}}],
+        },
+    }
+    w.core.create_namespaced_pod(NS, other)
+    w.backend.launch(w.request("mine", "gpu-b"))
+    w.running("mine")
+    assert w.backend.foreign_usage() == {"gpu-a": 6}  # gpufleet's own pods are not "foreign"
+    w.backend.stop("mine", 1, "done", grace_s=1)
