@@ -1274,3 +1274,162 @@ async def test_asyncio_client_lists_and_watches(k8s_cluster: Cluster) -> None:
             w.stop()
         await w.close()
         assert seen == [("ADDED", "p1")]
+
+
+# --- faults a real API server produces (tests/support/k8s/faults.py) -----------------------------
+
+
+def test_injected_errors_carry_a_status_and_retry_after_and_store_nothing(
+    k8s_cluster: Cluster, k8s_api_client: ApiClient
+) -> None:
+    core = client.CoreV1Api(k8s_api_client)
+    plan = k8s_cluster.server.faults
+    plan.add(verb="create", resource="pods", status=429, retry_after_s=3, times=1)
+    status, body = raw(core.create_namespaced_pod, NS, pod_body("p1"))
+    assert status == 429 and body["reason"] == "TooManyRequests" and body["details"]["retryAfterSeconds"] == 3
+    with pytest.raises(ApiException) as info:  # the rule is spent after one request; this one fails on its own
+        core.read_namespaced_pod("p1", NS)
+    assert info.value.status == 404  # the refused create stored nothing
+    plan.add(verb="create", resource="pods", status=503, retry_after_s=1, times=1)
+    with pytest.raises(ApiException) as info:
+        core.create_namespaced_pod(NS, pod_body("p1"))
+    assert info.value.status == 503 and info.value.headers["Retry-After"] == "1"
+    assert core.create_namespaced_pod(NS, pod_body("p1")).metadata.name == "p1"
+    assert [s.outcome for s in plan.seen(verb="create", resource="pods")] == ["429", "503", "served"]
+
+
+def test_a_409_storm_on_binding_then_the_real_binding(k8s_cluster: Cluster, k8s_api_client: ApiClient) -> None:
+    core = client.CoreV1Api(k8s_api_client)
+    create_gpu_node(core, "gpu-a", gpu_count=1)
+    core.create_namespaced_pod(NS, pod_body("p1", scheduler="gpufleet"))
+    k8s_cluster.server.faults.add(verb="create", resource="pods/binding", status=409, times=3)
+    assert [bind(core, "p1", "gpu-a")[0] for _ in range(4)] == [409, 409, 409, 201]
+    assert core.read_namespaced_pod("p1", NS).spec.node_name == "gpu-a"
+
+
+def test_a_silent_server_is_a_client_timeout_and_delays_are_served_late(
+    k8s_cluster: Cluster, k8s_api_client: ApiClient
+) -> None:
+    core = client.CoreV1Api(k8s_api_client)
+    plan = k8s_cluster.server.faults
+    plan.add(verb="list", resource="nodes", hang=True)
+    began = time.monotonic()
+    with pytest.raises(Exception) as info:  # urllib3's ReadTimeoutError: the client's own deadline
+        core.list_node(_request_timeout=0.5)
+    assert 0.4 < time.monotonic() - began < 3.0, info.value
+    assert "timed out" in str(info.value).lower() or "timeout" in type(info.value).__name__.lower()
+    plan.clear()  # the partition heals
+    assert core.list_node(_request_timeout=2).items == []
+    plan.add(verb="get", resource="namespaces", delay_s=0.4, times=1)
+    began = time.monotonic()
+    core.read_namespace(NS)
+    assert time.monotonic() - began >= 0.35
+    assert plan.seen(verb="get", resource="namespaces")[-1].outcome == "delayed"
+
+
+def test_a_share_of_calls_fails_with_a_seeded_probability(k8s_cluster: Cluster, k8s_api_client: ApiClient) -> None:
+    core = client.CoreV1Api(k8s_api_client)
+    k8s_cluster.server.faults.add(verb="list", resource="pods", status=500, probability=0.3)
+    codes = [raw(core.list_namespaced_pod, NS)[0] for _ in range(200)]
+    assert set(codes) == {200, 500} and 30 <= codes.count(500) <= 90, codes.count(500)
+
+
+# --- the node lifecycle (tests/support/k8s/nodelifecycle.py) --------------------------------------
+
+
+def _until(predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def _taints(core: client.CoreV1Api, node: str) -> set[tuple[str, str]]:
+    return {(t.key, t.effect) for t in core.read_node(node).spec.taints or []}
+
+
+def _running_pod(core: client.CoreV1Api, name: str, node: str, **kwargs: Any) -> None:
+    core.create_namespaced_pod(NS, pod_body(name, scheduler="gpufleet", **kwargs))
+    assert bind(core, name, node)[0] == 201
+    _until(lambda: core.read_namespaced_pod(name, NS).status.phase == "Running")
+
+
+def test_every_pod_tolerates_not_ready_and_unreachable_for_300_s(k8s_api_client: ApiClient) -> None:
+    core = client.CoreV1Api(k8s_api_client)
+    pod = core.create_namespaced_pod(NS, pod_body("p1"))
+    got = {(t.key, t.effect, t.toleration_seconds) for t in pod.spec.tolerations}
+    assert got == {
+        ("node.kubernetes.io/not-ready", "NoExecute", 300),
+        ("node.kubernetes.io/unreachable", "NoExecute", 300),
+    }
+    body = pod_body("p2")
+    body["spec"]["tolerations"] = [
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+    ]
+    keys = [t.key for t in core.create_namespaced_pod(NS, body).spec.tolerations]
+    assert keys == ["node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"]  # its own kept as it is
+
+
+def test_cordon_and_pressure_taint_the_node_and_running_pods_stay(
+    k8s_cluster: Cluster, k8s_api_client: ApiClient
+) -> None:
+    from tests.support.k8s.nodelifecycle import cordon, set_node_condition
+
+    core = client.CoreV1Api(k8s_api_client)
+    create_gpu_node(core, "gpu-a", gpu_count=1)
+    _running_pod(core, "p1", "gpu-a")
+    cordon(core, "gpu-a")
+    _until(lambda: ("node.kubernetes.io/unschedulable", "NoSchedule") in _taints(core, "gpu-a"))
+    set_node_condition(core, "gpu-a", "DiskPressure", "True", "KubeletHasDiskPressure")
+    _until(lambda: ("node.kubernetes.io/disk-pressure", "NoSchedule") in _taints(core, "gpu-a"))
+    time.sleep(0.3)
+    pod = core.read_namespaced_pod("p1", NS)
+    assert pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
+    cordon(core, "gpu-a", unschedulable=False)
+    set_node_condition(core, "gpu-a", "DiskPressure", "False", "KubeletHasNoDiskPressure")
+    _until(lambda: _taints(core, "gpu-a") == set())
+
+
+def test_a_not_ready_blip_evicts_nothing_a_long_outage_evicts_after_the_toleration(
+    k8s_cluster_factory: Callable[..., Cluster],
+) -> None:
+    from tests.support.k8s.nodelifecycle import NodeLifecycleConfig, set_node_condition
+
+    cluster = k8s_cluster_factory(node_lifecycle=NodeLifecycleConfig(time_scale=0.01))  # 300 s -> 3 s
+    core = client.CoreV1Api(cluster.api_client())
+    create_gpu_node(core, "gpu-a", gpu_count=2)
+    _running_pod(core, "tolerant", "gpu-a")
+    intolerant = pod_body("intolerant", scheduler="gpufleet")
+    intolerant["spec"]["tolerations"] = [
+        {"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}
+        for k in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    ]
+    core.create_namespaced_pod(NS, intolerant)
+    assert bind(core, "intolerant", "gpu-a")[0] == 201
+    _until(lambda: core.read_namespaced_pod("intolerant", NS).status.phase == "Running")
+    # a blip: Unknown for 0.5 s (50 s at this scale; timeAdded has whole seconds), back to Ready
+    set_node_condition(core, "gpu-a", "Ready", "Unknown", "NodeStatusUnknown")
+    _until(lambda: ("node.kubernetes.io/unreachable", "NoExecute") in _taints(core, "gpu-a"))
+    _until(
+        lambda: (
+            core.read_namespaced_pod("tolerant", NS).status.conditions
+            and any(
+                c.type == "Ready" and c.status == "False"
+                for c in core.read_namespaced_pod("tolerant", NS).status.conditions
+            )
+        )
+    )
+    time.sleep(0.5)
+    set_node_condition(core, "gpu-a", "Ready", "True", "KubeletReady")
+    _until(lambda: ("node.kubernetes.io/unreachable", "NoExecute") not in _taints(core, "gpu-a"))
+    time.sleep(3.0)
+    assert core.read_namespaced_pod("tolerant", NS).metadata.deletion_timestamp is None
+    assert cluster.node_lifecycle is not None
+    assert [e[1] for e in cluster.node_lifecycle.evicted] == ["intolerant"]  # no toleration time: at once
+    # an outage longer than the toleration: the pod is evicted, with the taint manager's condition
+    set_node_condition(core, "gpu-a", "Ready", "False", "KubeletNotReady")
+    _until(lambda: "tolerant" in [e[1] for e in cluster.node_lifecycle.evicted], timeout=6)
+    assert cluster.node_lifecycle.evicted[-1] == (NS, "tolerant", "node.kubernetes.io/not-ready")

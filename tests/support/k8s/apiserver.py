@@ -69,6 +69,7 @@ import referencing
 from kmock import Response  # type: ignore[attr-defined]  # exported by kmock 0.8, but missing from its __all__
 
 from tests.support.k8s import patching, selectors
+from tests.support.k8s.faults import FaultPlan, status_body, verb_of
 
 __all__ = [
     "BINDINGS",
@@ -450,6 +451,16 @@ def _default_pod(pod: Obj) -> None:
     spec.setdefault("securityContext", {})
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("priority", 0)
+    # The DefaultTolerationSeconds admission plugin (on by default): tolerate not-ready and
+    # unreachable NoExecute taints for 300 s unless the pod says otherwise.
+    tolerations = spec.setdefault("tolerations", [])
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        if not any(
+            (t.get("key") == key or (not t.get("key") and t.get("operator") == "Exists"))
+            and t.get("effect") in (None, "", "NoExecute")
+            for t in tolerations
+        ):
+            tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
     for container in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
         image = str(container.get("image", ""))
         latest = ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")
@@ -518,6 +529,8 @@ class KubeApiServer(kmock.KubernetesEmulator):
     schema_version: str | None = "1.29"
     field_validation: str = "Strict"  # when a request has no ?fieldValidation= (the real default is Warn)
     default_watch_timeout_s: float = 1800.0
+    # faults a real API server produces (errors with Retry-After, delays, silence), consulted before serving
+    faults: FaultPlan = attrs.field(factory=FaultPlan)
 
     _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
     _rv: int = attrs.field(default=100, init=False)
@@ -1265,6 +1278,7 @@ class KubeApiServer(kmock.KubernetesEmulator):
     async def close_watches(self) -> None:
         """End every open watch (call before stopping the HTTP server, or it waits for them)."""
         self._closing = True
+        self.faults.clear()  # hung requests end too
         self._notify()
         await asyncio.sleep(0)
 
@@ -1391,6 +1405,22 @@ class KubeApiServer(kmock.KubernetesEmulator):
 
     async def _serve(self, request: kmock.Request) -> Response:
         json_headers = {"Content-Type": "application/json"}
+        route = _route(request.url.path)
+        if route is not None:
+            resource = route.plural + (f"/{route.subresource}" if route.subresource else "")
+            verb = verb_of(
+                str(request.method.value), route.name, route.subresource, _truthy(request.params.get("watch"))
+            )
+            fault = await self.faults.apply(verb, resource, route.namespace, route.name)
+            if fault is not None and fault.status is not None:
+                headers = dict(json_headers)
+                if fault.retry_after_s is not None:
+                    headers["Retry-After"] = str(fault.retry_after_s)
+                return Response(
+                    status=fault.status,
+                    payload=status_body(fault.status, fault.message, fault.retry_after_s),
+                    headers=headers,
+                )
         try:
             code, payload = await self._dispatch(request)
         except ApiError as e:

@@ -26,6 +26,7 @@ import kubernetes.client
 
 from tests.support.k8s.apiserver import NODES, KubeApiServer
 from tests.support.k8s.kubelet import Kubelet, KubeletConfig, gpu_node
+from tests.support.k8s.nodelifecycle import NodeLifecycle, NodeLifecycleConfig
 
 __all__ = ["Cluster", "WaitTimeout"]
 
@@ -45,9 +46,13 @@ class Cluster:
         kubelet: KubeletConfig | None = KubeletConfig(),  # frozen: a shared default is safe
         watch_history: int = 1000,
         schema_version: str | None = "1.29",
+        node_lifecycle: NodeLifecycleConfig | None = NodeLifecycleConfig(),  # None: no node controller
     ) -> None:
         self.server = KubeApiServer(watch_history=watch_history, schema_version=schema_version)
         self.kubelet: Kubelet | None = Kubelet(self.server, kubelet) if kubelet is not None else None
+        self.node_lifecycle: NodeLifecycle | None = (
+            NodeLifecycle(self.server, node_lifecycle) if node_lifecycle is not None else None
+        )
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -71,13 +76,21 @@ class Cluster:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         kubelet_task: asyncio.Task[None] | None = None
+        lifecycle_task: asyncio.Task[None] | None = None
         try:
             async with self.server, kmock.Server(self.server) as http:
                 self.url = str(http.url).rstrip("/")
                 if self.kubelet is not None:
                     kubelet_task = asyncio.create_task(self.kubelet.run(), name="kubelet")
+                if self.node_lifecycle is not None:
+                    lifecycle_task = asyncio.create_task(self.node_lifecycle.run(), name="node-lifecycle")
                 self._ready.set()
                 await self._stop.wait()
+                if lifecycle_task is not None:
+                    lifecycle_task.cancel()
+                    await asyncio.gather(lifecycle_task, return_exceptions=True)
+                    assert self.node_lifecycle is not None
+                    self.node_lifecycle.aclose()
                 if kubelet_task is not None:
                     kubelet_task.cancel()
                     await asyncio.gather(kubelet_task, return_exceptions=True)
@@ -100,7 +113,11 @@ class Cluster:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 raise RuntimeError("the Kubernetes test substrate did not stop in time")
-        problems: list[BaseException] = [*self._server_errors, *(self.kubelet.errors if self.kubelet else [])]
+        problems: list[BaseException] = [
+            *self._server_errors,
+            *(self.kubelet.errors if self.kubelet else []),
+            *(self.node_lifecycle.errors if self.node_lifecycle else []),
+        ]
         if self._failure is not None:
             problems.append(self._failure)
         if problems:
