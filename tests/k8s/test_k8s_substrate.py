@@ -1433,3 +1433,97 @@ def test_a_not_ready_blip_evicts_nothing_a_long_outage_evicts_after_the_tolerati
     set_node_condition(core, "gpu-a", "Ready", "False", "KubeletNotReady")
     _until(lambda: "tolerant" in [e[1] for e in cluster.node_lifecycle.evicted], timeout=6)
     assert cluster.node_lifecycle.evicted[-1] == (NS, "tolerant", "node.kubernetes.io/not-ready")
+
+
+# --- the kubelet's admission (tests/support/k8s/admission.py) -------------------------------------
+
+
+def _gpu_pod(name: str, gpus: int = 1, resource: str = "nvidia.com/gpu", **spec: Any) -> Obj:
+    body = pod_body(name, scheduler="gpufleet")
+    body["spec"]["containers"][0]["resources"] = {"limits": {resource: str(gpus)}}
+    body["spec"].update(spec)
+    return body
+
+
+def _phase(core: client.CoreV1Api, name: str) -> tuple[str, str | None, str | None]:
+    pod = core.read_namespaced_pod(name, NS)
+    return pod.status.phase, pod.status.reason, pod.status.message
+
+
+ADMISSION_CASES = {
+    "fits": ({}, {}, ("Running", None)),
+    "node selector matches": (
+        {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}, {}, ("Running", None),
+    ),
+    "node selector does not": (
+        {"nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-l4"}}, {}, ("Failed", "NodeAffinity"),
+    ),
+    "required affinity In": (
+        {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]},
+        ]}}}},
+        {}, ("Failed", "NodeAffinity"),
+    ),
+    "required affinity, second term matches": (
+        {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-a"]}]},
+        ]}}}},
+        {}, ("Running", None),
+    ),
+    "NoExecute taint not tolerated": (
+        {}, {"taints": [{"key": "sku", "value": "gpu", "effect": "NoExecute"}]}, ("Failed", "TaintToleration"),
+    ),
+    "NoExecute taint tolerated": (
+        {"tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}]},
+        {"taints": [{"key": "sku", "value": "gpu", "effect": "NoExecute"}]}, ("Running", None),
+    ),
+    "NoSchedule taint is the scheduler's business": (
+        {}, {"taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]}, ("Running", None),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(ADMISSION_CASES))
+def test_the_kubelet_admits_or_rejects_a_bound_pod(k8s_cluster_factory: Callable[..., Cluster], case: str) -> None:
+    spec, node_options, (phase, reason) = ADMISSION_CASES[case]
+    # the kubelet alone: with the node lifecycle running, an untolerated NoExecute taint also evicts the pod
+    core = client.CoreV1Api(k8s_cluster_factory(node_lifecycle=None).api_client())
+    create_gpu_node(core, "gpu-a", gpu_count=1, **node_options)
+    core.create_namespaced_pod(NS, _gpu_pod("p1", **spec))
+    assert bind(core, "p1", "gpu-a")[0] == 201  # binding is the API server's: it never checks these
+    got = _until(lambda: _phase(core, "p1") if _phase(core, "p1")[0] in ("Running", "Failed") else None)
+    assert (got[0], got[1]) == (phase, reason)
+    if phase == "Failed":
+        assert got[2] == f"Pod was rejected: Predicate {reason} failed"
+
+
+def test_more_gpus_than_allocatable_is_out_of_the_resource(k8s_cluster: Cluster, k8s_api_client: ApiClient) -> None:
+    core = client.CoreV1Api(k8s_api_client)
+    create_gpu_node(core, "gpu-a", gpu_count=1)
+    core.create_namespaced_pod(NS, _gpu_pod("p1"))
+    core.create_namespaced_pod(NS, _gpu_pod("p2"))
+    assert bind(core, "p1", "gpu-a")[0] == 201
+    _until(lambda: _phase(core, "p1")[0] == "Running")
+    assert bind(core, "p2", "gpu-a")[0] == 201
+    got = _until(lambda: _phase(core, "p2") if _phase(core, "p2")[0] == "Failed" else None)
+    assert got == (
+        "Failed",
+        "OutOfnvidia.com/gpu",
+        "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 1, capacity: 1",
+    )
+    assert k8s_cluster.kubelet is not None and k8s_cluster.kubelet.rejected == [(NS, "p2", "OutOfnvidia.com/gpu")]
+
+
+def test_a_resource_the_node_does_not_list_yet_is_ignored_and_the_pod_starts_without_it(
+    k8s_cluster: Cluster, k8s_api_client: ApiClient
+) -> None:
+    """Before the device plugin registers, the node has no nvidia.com/gpu at all: the kubelet drops the
+    request (removeMissingExtendedResources) and the containers start without a GPU."""
+    core = client.CoreV1Api(k8s_api_client)
+    create_gpu_node(core, "gpu-a", gpu_count=1)
+    core.create_namespaced_pod(NS, _gpu_pod("p1", resource="nvidia.com/mig-1g.10gb"))
+    assert bind(core, "p1", "gpu-a")[0] == 201
+    _until(lambda: _phase(core, "p1")[0] == "Running")
+    assert k8s_cluster.kubelet is not None
+    assert k8s_cluster.kubelet.without == [(NS, "p1", ("nvidia.com/mig-1g.10gb",))]

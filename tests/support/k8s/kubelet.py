@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tests.support.k8s.admission import admit
 from tests.support.k8s.apiserver import (
     NODES,
     PODS,
@@ -95,6 +96,7 @@ class KubeletConfig:
     annotate_sigterm: bool = True  # also record SIGTERM in the pod annotation kwok.gpufleet.io/sigterm-at
     nodes: frozenset[str] | None = None  # the nodes this kubelet runs; None: every Node object
     log_every_s: float | None = None  # containers print "step N" this often without the annotation; None: never
+    admission: bool = True  # re-check resources, node affinity and NoExecute taints (tests/support/k8s/admission.py)
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,9 @@ class Kubelet:
         self.config = config or KubeletConfig()
         self.signals: list[SignalRecord] = []
         self.errors: list[BaseException] = []
+        self.rejected: list[tuple[str, str, str]] = []  # (namespace, pod, reason) the kubelet refused to run
+        self.without: list[tuple[str, str, tuple[str, ...]]] = []  # pods started without a resource they asked for
+        self.admitted: set[str] = set()  # uids of the pods this kubelet runs (their resources are in use)
         self._workers: dict[str, _PodWorker] = {}
 
     def sigterms(self, namespace: str | None = None, name: str | None = None) -> list[SignalRecord]:
@@ -273,7 +278,41 @@ class _PodWorker:
         pod["status"] = status
         self.server.replace_object(PODS, self.namespace, self.name, pod, subresource="status")
 
+    def _admit(self, pod: dict[str, Any]) -> bool:
+        """The kubelet's admission (tests/support/k8s/admission.py): a refused pod fails at once."""
+        if not self.config.admission:
+            self.kubelet.admitted.add(self.uid)
+            return True
+        node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        node = self.server.peek(NODES, None, node_name) or {}
+        others = [
+            p for p in self.server.list_objects(PODS, field_selector=f"spec.nodeName={node_name}")
+            if _meta(p).get("uid") in self.kubelet.admitted and _meta(p).get("uid") != self.uid
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]  # fmt: skip
+        verdict = admit(pod, node, others)
+        if verdict.admit:
+            self.kubelet.admitted.add(self.uid)
+            if verdict.missing:
+                self.kubelet.without.append((self.namespace, self.name, verdict.missing))
+            return True
+        self.kubelet.rejected.append((self.namespace, self.name, verdict.reason))
+        status = dict(pod.get("status") or {})
+        status.update({"phase": "Failed", "reason": verdict.reason, "message": f"Pod was rejected: {verdict.message}"})
+        self._write_status(status)
+        return False
+
     async def run(self) -> None:
+        pod = self.current()
+        if pod is None:
+            return
+        try:
+            if self._admit(pod):
+                await self._run_admitted()
+        finally:
+            self.kubelet.admitted.discard(self.uid)
+
+    async def _run_admitted(self) -> None:
         pod = self.current()
         if pod is None:
             return
