@@ -1527,3 +1527,47 @@ def test_a_resource_the_node_does_not_list_yet_is_ignored_and_the_pod_starts_wit
     _until(lambda: _phase(core, "p1")[0] == "Running")
     assert k8s_cluster.kubelet is not None
     assert k8s_cluster.kubelet.without == [(NS, "p1", ("nvidia.com/mig-1g.10gb",))]
+
+
+# --- the Job controller's tracking finalizers (tests/support/k8s/jobcontroller.py) -----------------
+
+
+def test_job_tracking_finalizers_keep_a_deleted_pod_until_it_is_counted(
+    k8s_cluster: Cluster, k8s_api_client: ApiClient
+) -> None:
+    from tests.support.k8s.jobcontroller import TRACKING, JobController
+
+    core, batch = client.CoreV1Api(k8s_api_client), client.BatchV1Api(k8s_api_client)
+    create_gpu_node(core, "gpu-a", gpu_count=1)
+    template = {"spec": {"restartPolicy": "Never", "schedulerName": "gpufleet",
+                         "containers": [{"name": "main", "image": "registry.local/train:1.0"}]}}  # fmt: skip
+    batch.create_namespaced_job(
+        NS, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j1"},
+             "spec": {"template": template, "backoffLimit": 3}},
+    )  # fmt: skip
+    jobs = JobController(k8s_api_client, tracking_finalizers=True).start()
+    try:
+        first = _until(lambda: core.list_namespaced_pod(NS).items)[0]
+        assert first.metadata.finalizers == [TRACKING]
+        assert bind(core, first.metadata.name, "gpu-a")[0] == 201
+        _until(lambda: core.read_namespaced_pod(first.metadata.name, NS).status.phase == "Running")
+        jobs.stop()  # the controller is down while the pod is deleted
+        core.delete_namespaced_pod(first.metadata.name, NS)
+        _until(lambda: core.read_namespaced_pod(first.metadata.name, NS).status.phase == "Failed")
+        time.sleep(0.3)  # the kubelet has let go; only the finalizer holds the pod now
+        held = core.read_namespaced_pod(first.metadata.name, NS)
+        assert held.metadata.deletion_timestamp is not None and held.metadata.finalizers == [TRACKING]
+        jobs = JobController(k8s_api_client, tracking_finalizers=True).start()
+        gone = _until(lambda: first.metadata.name not in {p.metadata.name for p in core.list_namespaced_pod(NS).items})
+        assert gone
+        _until(lambda: (batch.read_namespaced_job("j1", NS).status.failed or 0) == 1)
+        second = _until(
+            lambda: [p for p in core.list_namespaced_pod(NS).items if p.metadata.name != first.metadata.name]
+        )
+        assert second[0].metadata.finalizers == [TRACKING]
+        # an unbound pod of a deleted Job loses its finalizer and goes with the Job
+        batch.delete_namespaced_job("j1", NS, propagation_policy="Background")
+        _until(lambda: core.list_namespaced_pod(NS).items == [])
+    finally:
+        jobs.stop()
+    assert not jobs.errors, jobs.errors

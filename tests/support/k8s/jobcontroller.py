@@ -15,6 +15,11 @@ What it does, as kube-controller-manager's Job controller does for the cases gpu
   condition; an index counted as succeeded is never started again, and a finished Job makes no
   pods, even when its pods are deleted afterwards (the real controller's job-tracking finalizers).
 
+- with ``tracking_finalizers`` (as the real controller since Kubernetes 1.26), every pod it makes
+  carries the ``batch.kubernetes.io/job-tracking`` finalizer: a finished or deleted pod stays (phase
+  and all, ``deletionTimestamp`` set) until the controller has counted it and removed the finalizer;
+  a pod whose Job is gone has its finalizer removed once it is terminal or was never bound.
+
 ``created`` counts the pods made per Job, for tests.
 """
 
@@ -31,10 +36,14 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 INDEX = "batch.kubernetes.io/job-completion-index"
+TRACKING = "batch.kubernetes.io/job-tracking"
 
 
 class JobController:
-    def __init__(self, api_client: kubernetes.client.ApiClient, interval_s: float = 0.05) -> None:
+    def __init__(
+        self, api_client: kubernetes.client.ApiClient, interval_s: float = 0.05, *, tracking_finalizers: bool = False
+    ) -> None:
+        self.tracking_finalizers = tracking_finalizers
         self.core: Any = kubernetes.client.CoreV1Api(api_client)
         self.batch: Any = kubernetes.client.BatchV1Api(api_client)
         self.interval_s = interval_s
@@ -72,6 +81,33 @@ class JobController:
             by_uid.setdefault(uid, []).append(p)
         for job in jobs:
             self._sync_job(job, by_uid.get(job["metadata"]["uid"], []))
+        if self.tracking_finalizers:
+            live_jobs = {j["metadata"]["uid"] for j in jobs if not j["metadata"].get("deletionTimestamp")}
+            for uid, owned in by_uid.items():
+                for p in owned:
+                    if self._countable(p, orphan=uid not in live_jobs):
+                        self._release(p)
+
+    @staticmethod
+    def _countable(pod: dict[str, Any], *, orphan: bool) -> bool:
+        """Counted, so its tracking finalizer may go: terminal, or deleted before it ever ran."""
+        if TRACKING not in (pod["metadata"].get("finalizers") or []):
+            return False
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            return True
+        unbound = not (pod.get("spec") or {}).get("nodeName")
+        return unbound and (orphan or bool(pod["metadata"].get("deletionTimestamp")))
+
+    def _release(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        rest = [f for f in meta.get("finalizers") or [] if f != TRACKING]
+        patch = {"metadata": {"finalizers": rest or None, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            self.core.patch_namespaced_pod(meta["name"], meta["namespace"], patch, _preload_content=False)
+        except ApiException as e:
+            if e.status not in (404, 409):  # gone, or changed since the list: the next sync retries
+                raise
 
     def _sync_job(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         meta, spec = job["metadata"], job.get("spec", {})
@@ -128,6 +164,7 @@ class JobController:
                 "namespace": meta["namespace"],
                 "labels": labels,
                 "annotations": annotations,
+                **({"finalizers": [TRACKING]} if self.tracking_finalizers else {}),
                 "ownerReferences": [
                     {
                         "apiVersion": "batch/v1",
