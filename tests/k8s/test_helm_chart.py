@@ -53,8 +53,9 @@ import yaml
 from typer.testing import CliRunner
 
 from gpufleet.cli.k8s import k8s_app
-from gpufleet.k8s.crds import API_VERSION, CRD_NAMES, GROUP, VERSION, crds
+from gpufleet.k8s.crds import CRD_NAMES, crds
 from gpufleet.k8s.policies import ContainerDefaults, policies, teams_from_document
+from gpufleet.k8s.vocabulary import GPUFLEET_API, GPUFLEET_GROUP, GPUFLEET_VERSION
 from gpufleet.sdk import Client
 from gpufleet.server.host import context_settings
 from gpufleet.server.settings import load_settings
@@ -286,7 +287,7 @@ def test_crds_render_as_crds_and_validate(renders: dict[str, Render]) -> None:
 def test_cost_budgets_pass_the_crds_schema(renders: dict[str, Render]) -> None:
     r = rendered(renders, "bundled-db-teams")
     (cb,) = r.kind("CostBudget")
-    assert cb["apiVersion"] == API_VERSION and cb["metadata"]["namespace"] == "team-vision"
+    assert cb["apiVersion"] == GPUFLEET_API and cb["metadata"]["namespace"] == "team-vision"
     assert cb["spec"] == BUDGET_SPEC
     assert schema_errors(crds()[0], cb) == []
 
@@ -765,11 +766,12 @@ def test_every_kubernetes_call_is_in_the_rbac_table() -> None:
             verb, sub = rbac.custom_shape(method)
             assert {g.verb for g in grants} == {verb}, (file, method)
             assert all(("/" in g.resource) == sub for g in grants), (file, method)
-            # the groups and plurals are the module's own constants
+            # the groups (the vocabulary's *_GROUP the module names) and plurals are the module's own constants
             module = importlib.import_module("gpufleet." + file.removesuffix(".py").replace("/", "."))
             strings = {v for v in vars(module).values() if isinstance(v, str)} | {n.plural for n in CRD_NAMES}
             for g in grants:
-                assert g.group == module.GROUP and g.resource.split("/")[0] in strings, (file, method, g)
+                groups = {v for k, v in vars(module).items() if k.endswith("_GROUP") and isinstance(v, str)}
+                assert g.group in groups and g.resource.split("/")[0] in strings, (file, method, g)
         else:
             assert {g.key() for g in grants} == {rbac.typed_grant(method)}, (file, method)
 
@@ -1000,7 +1002,7 @@ def test_controller_started_from_the_chart_leads_reconciles_and_stays_within_its
         core.create_namespace(ns)
     (cb,) = copy.deepcopy(r.kind("CostBudget"))
     ns, name = cb["metadata"]["namespace"], cb["metadata"]["name"]
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "costbudgets", cb)
+    custom.create_namespaced_custom_object(GPUFLEET_GROUP, GPUFLEET_VERSION, ns, "costbudgets", cb)
 
     db = f"sqlite:///{tmp_path / 'store.db'}"
     pod = Pod(r, tmp_path / "pod", {"gpufleet-db": {"url": db}}, _kubeconfig(tmp_path / "kubeconfig", cluster.url))
@@ -1021,7 +1023,7 @@ def test_controller_started_from_the_chart_leads_reconciles_and_stays_within_its
         assert _wait("the Lease", holder, 30, pod) == POD_NAME
 
         def ready() -> Obj | None:
-            obj: Obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "costbudgets", name)
+            obj: Obj = custom.get_namespaced_custom_object(GPUFLEET_GROUP, GPUFLEET_VERSION, ns, "costbudgets", name)
             conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions", [])}
             return obj if conds.get("Ready", {}).get("status") == "True" else None
 

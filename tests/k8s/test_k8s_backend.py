@@ -9,94 +9,16 @@ bindings, the device plugin's GPU assignment, Karpenter's reaction to the pods' 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
-import kubernetes.client
 import pytest
 
-from gpufleet.backends.base import BackendEvent, EventKind, LaunchRequest, RecoveredState
+from gpufleet.backends.base import EventKind, RecoveredState
 from gpufleet.k8s.adapter.backend import KubernetesBackend
-from gpufleet.model.job import PodPlacement
-from tests.support.k8s.cluster import Cluster
-from tests.support.k8s.jobcontroller import JobController
-from tests.support.k8s.kubelet import KubeletConfig, taint_disrupted
+from tests.support.k8s.backendworld import NS, World, ended
+from tests.support.k8s.kubelet import taint_disrupted
 
 pytestmark = pytest.mark.slow
-
-NS = "alpha"
-
-
-class World:
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.client = cluster.api_client()
-        self.core: Any = kubernetes.client.CoreV1Api(self.client)
-        self.core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-        cluster.add_gpu_node("gpu-a")
-        cluster.add_gpu_node("gpu-b", capacity_type="spot")
-        self.jobs = JobController(self.client).start()
-        self.backend = KubernetesBackend(self.client)
-        self.events: list[BackendEvent] = []
-
-    def close(self) -> None:
-        self.jobs.stop()
-        self.client.close()  # type: ignore[no-untyped-call]
-        assert not self.jobs.errors, self.jobs.errors
-
-    def request(self, job: str, *nodes: str, run: int = 1) -> LaunchRequest:
-        return LaunchRequest(
-            job,
-            run,
-            ["python", "train.py"],
-            tuple(PodPlacement(n, (0,)) for n in nodes),
-            team=NS,
-            grace_s=5,
-            image="ghcr.io/acme/train:1.4",
-        )
-
-    def until(self, pred: Callable[[list[BackendEvent]], bool], timeout: float = 30.0) -> list[BackendEvent]:
-        seen: list[BackendEvent] = []
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            seen += self.backend.poll()
-            if pred(seen):
-                return seen
-            time.sleep(0.05)
-        raise AssertionError(f"not reached; events: {seen}")
-
-    def running(self, job: str) -> None:
-        """Poll the backend (it binds the pods) until a pod of ``job`` runs."""
-
-        def check() -> bool:
-            self.events += self.backend.poll()
-            return any(p.get("status", {}).get("phase") == "Running" for p in self.pods(job))
-
-        self.cluster.wait_for(check, timeout=10, interval=0.05, what=f"a pod of {job} running")
-
-    def pods(self, job: str) -> list[dict[str, Any]]:
-        import json
-
-        resp = self.core.list_namespaced_pod(NS, label_selector=f"gpufleet.io/job-id={job}", _preload_content=False)
-        return list(json.loads(resp.data)["items"])
-
-
-@pytest.fixture
-def make_world(k8s_cluster_factory: Callable[..., Cluster]) -> Iterator[Callable[..., World]]:
-    worlds: list[World] = []
-
-    def make(duration_s: float | None = 0.6) -> World:
-        w = World(k8s_cluster_factory(kubelet=KubeletConfig(default_duration_s=duration_s, checkpoint_s=0.2)))
-        worlds.append(w)
-        return w
-
-    yield make
-    for w in worlds:
-        w.close()
-
-
-def _ended(job: str, kind: EventKind) -> Callable[[list[BackendEvent]], bool]:
-    return lambda evs: any(e.job_id == job and e.kind is kind for e in evs)
 
 
 def test_inventory_reads_the_gpu_feature_discovery_labels(make_world: Callable[..., World]) -> None:
@@ -111,7 +33,7 @@ def test_a_run_is_a_job_whose_pod_is_bound_where_the_placement_says(make_world: 
     w = make_world(duration_s=2.0)
     w.backend.inventory()
     w.backend.launch(w.request("j1", "gpu-b"))
-    events = w.until(_ended("j1", EventKind.SUCCEEDED))
+    events = w.until(ended("j1", EventKind.SUCCEEDED))
     ev = next(e for e in events if e.job_id == "j1")
     (pod,) = w.pods("j1")
     assert pod["spec"]["nodeName"] == "gpu-b" and pod["spec"]["schedulerName"] == "gpufleet"
@@ -128,7 +50,7 @@ def test_a_gang_is_bound_all_together(make_world: Callable[..., World]) -> None:
     w = make_world()
     w.backend.inventory()
     w.backend.launch(w.request("gang", "gpu-a", "gpu-b"))
-    w.until(_ended("gang", EventKind.SUCCEEDED))
+    w.until(ended("gang", EventKind.SUCCEEDED))
     placed = sorted(
         (int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]), p["spec"]["nodeName"])
         for p in w.pods("gang")
@@ -142,7 +64,7 @@ def test_stop_evicts_with_the_grace_and_no_replacement_pod_starts(make_world: Ca
     w.backend.launch(w.request("long", "gpu-a"))
     w.running("long")
     w.backend.stop("long", 1, "preempted by urgent", grace_s=5)
-    events = w.until(_ended("long", EventKind.STOPPED))
+    events = w.until(ended("long", EventKind.STOPPED))
     assert next(e for e in events if e.job_id == "long").reason == "preempted by urgent"
     assert w.cluster.kubelet is not None
     assert [s.signal for s in w.cluster.kubelet.sigterms(NS)][:1] == ["SIGTERM"]  # it could checkpoint
@@ -174,7 +96,7 @@ def test_a_restarted_backend_adopts_a_running_run(make_world: Callable[..., Worl
     got = fresh.recover("adopt", 1)
     assert got.state is RecoveredState.RUNNING
     w.backend = fresh
-    w.until(_ended("adopt", EventKind.SUCCEEDED))
+    w.until(ended("adopt", EventKind.SUCCEEDED))
     assert fresh.recover("nosuch", 1).state is RecoveredState.ABSENT
 
 

@@ -27,8 +27,9 @@ import yaml
 from kubernetes import client
 from sqlalchemy import update
 
-from gpufleet.k8s.crds import API_VERSION, GROUP, VERSION, cost_attribution_crd, cost_budget_crd
+from gpufleet.k8s.crds import cost_attribution_crd, cost_budget_crd
 from gpufleet.k8s.reconcile import OWNER_PREFIX, CrReconciler, ReconcileStats, merge_patch, owner_mark
+from gpufleet.k8s.vocabulary import GPUFLEET_API, GPUFLEET_GROUP, GPUFLEET_VERSION
 from gpufleet.store.models import JobRow
 from gpufleet.store.repo import budgets as budgets_repo
 from tests.k8s.test_k8s_manifests import schema_errors
@@ -57,24 +58,30 @@ class World:
 
     def create(self, plural: str, namespace: str, name: str, spec: Obj) -> Obj:
         kind = {"costbudgets": "CostBudget", "costattributions": "CostAttribution"}[plural]
-        body = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name, "namespace": namespace}}
+        body = {"apiVersion": GPUFLEET_API, "kind": kind, "metadata": {"name": name, "namespace": namespace}}
         obj: Obj = self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, plural, {**body, "spec": spec}
+            GPUFLEET_GROUP, GPUFLEET_VERSION, namespace, plural, {**body, "spec": spec}
         )
         return obj
 
     def get(self, plural: str, namespace: str, name: str) -> Obj:
-        obj: Obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        obj: Obj = self.custom.get_namespaced_custom_object(GPUFLEET_GROUP, GPUFLEET_VERSION, namespace, plural, name)
         return obj
 
     def patch_spec(self, plural: str, namespace: str, name: str, spec: Obj) -> Obj:
         obj: Obj = self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, plural, name, {"spec": spec}, _content_type="application/merge-patch+json"
+            GPUFLEET_GROUP,
+            GPUFLEET_VERSION,
+            namespace,
+            plural,
+            name,
+            {"spec": spec},
+            _content_type="application/merge-patch+json",
         )
         return obj
 
     def delete(self, plural: str, namespace: str, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        self.custom.delete_namespaced_custom_object(GPUFLEET_GROUP, GPUFLEET_VERSION, namespace, plural, name)
 
     def secret(self, namespace: str, name: str, data: dict[str, str]) -> None:
         body = {
@@ -271,7 +278,7 @@ def test_a_generation_bump_updates_the_budget_and_nothing_is_written_when_nothin
 
     # a metadata-only change bumps nothing in gpufleet either
     world.custom.patch_namespaced_custom_object(
-        GROUP, VERSION, "alpha", "costbudgets", "gpu-month", {"metadata": {"labels": {"x": "y"}}},
+        GPUFLEET_GROUP, GPUFLEET_VERSION, "alpha", "costbudgets", "gpu-month", {"metadata": {"labels": {"x": "y"}}},
         _content_type="application/merge-patch+json",
     )  # fmt: skip
     stats = world.reconcile()
@@ -435,7 +442,7 @@ def test_a_missing_secret_is_an_error_status_then_its_value_reaches_the_budget(w
 def test_api_failures_are_counted_and_never_stop_the_rest(world: World) -> None:
     world.create("costbudgets", "alpha", "a", {"monthlyLimit": 10})
     world.create("costbudgets", "beta", "b", {"monthlyLimit": 20})
-    world.inject(f"patch /apis/{GROUP}/{VERSION}/namespaces/alpha/costbudgets/a/status", 500, times=1)
+    world.inject(f"patch /apis/{GPUFLEET_GROUP}/{GPUFLEET_VERSION}/namespaces/alpha/costbudgets/a/status", 500, times=1)
     stats = world.reconcile()
     assert (stats.created, stats.api_errors, stats.status_writes) == (2, 1, 1)
     assert "status" not in world.get("costbudgets", "alpha", "a")
@@ -445,12 +452,12 @@ def test_api_failures_are_counted_and_never_stop_the_rest(world: World) -> None:
     assert world.get("costbudgets", "alpha", "a")["status"]["budgetStatus"] == "ok"
 
     # a failed list deletes nothing (every CR would look gone)
-    world.inject(f"get /apis/{GROUP}/{VERSION}/costbudgets", 500, times=1)
+    world.inject(f"get /apis/{GPUFLEET_GROUP}/{GPUFLEET_VERSION}/costbudgets", 500, times=1)
     stats = world.reconcile()
     assert (stats.api_errors, stats.deleted, stats.budgets) == (1, 0, 0)
     assert world.budget_names() == ["alpha.a", "beta.b"]
     # the CRD not installed (404): skipped quietly, nothing deleted either
-    world.inject(f"get /apis/{GROUP}/{VERSION}/costbudgets", 404, times=1)
+    world.inject(f"get /apis/{GPUFLEET_GROUP}/{GPUFLEET_VERSION}/costbudgets", 404, times=1)
     stats = world.reconcile()
     assert (stats.api_errors, stats.deleted, stats.budgets) == (0, 0, 0)
     assert world.budget_names() == ["alpha.a", "beta.b"]
@@ -595,12 +602,12 @@ def test_gpufleet_up_reconciles_costbudgets_on_the_leader(
         with server.client() as sdk:
             sdk.set_team("alpha")
             custom.create_namespaced_custom_object(
-                GROUP,
-                VERSION,
+                GPUFLEET_GROUP,
+                GPUFLEET_VERSION,
                 "alpha",
                 "costbudgets",
                 {
-                    "apiVersion": API_VERSION,
+                    "apiVersion": GPUFLEET_API,
                     "kind": "CostBudget",
                     "metadata": {"name": "gpu-month", "namespace": "alpha"},
                     "spec": {"monthlyLimit": 100, "enforcement": {"action": "block"}},
@@ -610,7 +617,9 @@ def test_gpufleet_up_reconciles_costbudgets_on_the_leader(
             status: Obj = {}
             while time.monotonic() < deadline and "budgetStatus" not in status:
                 time.sleep(0.2)
-                cr = custom.get_namespaced_custom_object(GROUP, VERSION, "alpha", "costbudgets", "gpu-month")
+                cr = custom.get_namespaced_custom_object(
+                    GPUFLEET_GROUP, GPUFLEET_VERSION, "alpha", "costbudgets", "gpu-month"
+                )
                 status = cr.get("status") or {}
             assert status.get("budgetStatus") == "ok", (status, server.server_log()[-3000:])
             b = sdk.budget("alpha.gpu-month")

@@ -48,8 +48,9 @@ from gpufleet.k8s import gpustack
 from gpufleet.k8s.adapter.nodes import node_info
 from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES, KarpenterProvisioner, allocatable
 from gpufleet.k8s.schemacheck import problems
+from gpufleet.k8s.vocabulary import GPUFLEET_PREFIX, LABEL_POOL, LABEL_PROVISIONED
 from gpufleet.model.gpu import gpu_model
-from gpufleet.model.node import NodePool, SharingMode
+from gpufleet.model.node import GpuSharingFacts, NodePool, SharingMode
 from tests.support.k8s.crdcheck import CRDS, check_cel, validate_builtin, validate_crd
 from tests.support.paths import REPO
 
@@ -377,19 +378,23 @@ def test_gpufleet_pools_are_priced_and_shaped(stack: gpustack.GpuStack, catalog:
     assert p.max_nodes == 8 and p.sharing is SharingMode.EXCLUSIVE
     assert pools["gpu-a100-40gb-on-demand_p4d.24xlarge_on-demand"].hourly_price_usd == entry.on_demand_usd_per_hour
     t4 = pools["gpu-t4-spot_g4dn.xlarge_spot"]
-    assert t4.sharing is SharingMode.SHARED and t4.labels["gpufleet.io/replica-milli"] == "250"
+    assert t4.sharing is SharingMode.SHARED and t4.gpu_facts.replica_milli == 250
     mig = pools["gpu-a100-80gb-mig-spot_p4de.24xlarge_spot"]
     assert mig.sharing is SharingMode.MIG and mig.max_nodes == 4
-    assert mig.labels["gpufleet.io/mig-profiles"] == "1g.10gb:16,2g.20gb:8,3g.40gb:8"
-    assert pools["gpu-h100-mig-on-demand_p5.48xlarge_on-demand"].labels["gpufleet.io/mig-profiles"] == "1g.10gb:56"
+    assert mig.gpu_facts.mig_profiles == (("1g.10gb", 16), ("2g.20gb", 8), ("3g.40gb", 8))
+    assert pools["gpu-h100-mig-on-demand_p5.48xlarge_on-demand"].gpu_facts.mig_profiles == (("1g.10gb", 56),)
     # a time-sliced replica is 1/replicas of a GPU: what the node reader and the placement count
-    assert pools["gpu-l40s-spot_g6e.xlarge_spot"].labels["gpufleet.io/replica-milli"] == "500"
+    assert pools["gpu-l40s-spot_g6e.xlarge_spot"].gpu_facts.replica_milli == 500
+    # the sharing is a typed fact of the pool's nodes, not labels no cluster node carries (issue 21)
+    own = {k for p in pools.values() for k in p.labels if k.startswith(GPUFLEET_PREFIX)}
+    assert own == {LABEL_POOL, LABEL_PROVISIONED}  # real labels: on the NodeClaims and so on the nodes
 
 
 def test_gpufleet_pools_make_sim_nodes(stack: gpustack.GpuStack, catalog: PriceCatalog) -> None:
     for pool in gpustack.gpufleet_pools(stack, catalog):
         node = pool.make_node(0)
         assert node.pool == pool.name and node.sharing is pool.sharing and node.gpu_count == pool.gpus_per_node
+        assert node.gpu_facts == pool.gpu_facts
 
 
 # == round trip: NodePool → provisioner / node → node reader ==========================================
@@ -515,15 +520,9 @@ def assert_reads_back(node: dict[str, Any], pool: NodePool, stack: gpustack.GpuS
     assert got.sharing is pool.sharing, (got.sharing, pool.sharing, info.notes)
     assert (got.cpu_milli, got.memory_mib) == (pool.cpu_milli, pool.memory_mib)
     assert got.hourly_price_usd == pytest.approx(pool.hourly_price_usd)
-    # the sharing labels gpufleet gives the pool are the node reader's
-    gf = {k: v for k, v in pool.labels.items() if k.startswith("gpufleet.io/") and k in got.labels}
-    for key in ("gpufleet.io/gpu-resource", "gpufleet.io/gpu-replicas", "gpufleet.io/replica-milli",
-                "gpufleet.io/sharing-strategy", "gpufleet.io/mig-strategy", "gpufleet.io/mig-profiles",
-                "gpufleet.io/whole-gpus"):  # fmt: skip
-        assert got.labels.get(key) == pool.labels.get(key), (key, got.labels.get(key), pool.labels.get(key))
-    assert gf, "no gpufleet labels to compare"
-    if pool.sharing is SharingMode.SHARED:
-        assert info.replica_milli == int(pool.labels["gpufleet.io/replica-milli"])
+    # the sharing gpufleet gives the pool (gpustack.sharing_facts) is what the node reader finds
+    assert got.gpu_facts == pool.gpu_facts, (got.gpu_facts, pool.gpu_facts)
+    assert (pool.gpu_facts == GpuSharingFacts()) is (pool.sharing is SharingMode.EXCLUSIVE), pool.gpu_facts
 
 
 class FakeCustomObjects:

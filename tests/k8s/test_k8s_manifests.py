@@ -55,7 +55,6 @@ from gpufleet.errors import InputError, NotFoundError
 from gpufleet.k8s.attribution import AttributionCosts, attribution_filters_from_cr, attribution_status
 from gpufleet.k8s.costbudget import budget_in_from_cr, budget_name, budget_state, cr_status_from, secret_refs
 from gpufleet.k8s.crds import (
-    API_VERSION,
     COST_ATTRIBUTION,
     COST_BUDGET,
     CRD_NAMES,
@@ -75,6 +74,7 @@ from gpufleet.k8s.policies import (
     team_of_namespace,
     teams_from_document,
 )
+from gpufleet.k8s.vocabulary import GPUFLEET_API
 from gpufleet.model.job import PRIORITY_CLASSES
 from gpufleet.model.node import CapacityType
 from gpufleet.sdk import Client
@@ -213,7 +213,7 @@ def schema_errors(crd: dict[str, Any], obj: dict[str, Any]) -> list[tuple[str, s
 
 def budget_cr(spec: dict[str, Any] | None = None, *, namespace: str = "ml", name: str = "gpu-month") -> dict[str, Any]:
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": GPUFLEET_API,
         "kind": "CostBudget",
         "metadata": {"name": name, "namespace": namespace, "generation": 3},
         "spec": full_spec() if spec is None else spec,
@@ -244,7 +244,7 @@ def full_spec() -> dict[str, Any]:
 
 def attribution_cr(spec: dict[str, Any] | None = None, namespace: str = "ml") -> dict[str, Any]:
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": GPUFLEET_API,
         "kind": "CostAttribution",
         "metadata": {"name": "resnet", "namespace": namespace, "generation": 1},
         "spec": {"namespace": "ml", "costCenter": "42"} if spec is None else spec,

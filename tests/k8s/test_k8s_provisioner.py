@@ -29,13 +29,8 @@ from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.errors import BackendError
 from gpufleet.io.catalog import load_catalog
 from gpufleet.k8s.adapter.backend import KubernetesBackend, KubernetesOptions
-from gpufleet.k8s.adapter.provisioner import (
-    INSTANCE_SHAPES,
-    LABEL_POOL,
-    LABEL_PROVISIONED,
-    KarpenterProvisioner,
-    allocatable,
-)
+from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES, KarpenterProvisioner, allocatable
+from gpufleet.k8s.vocabulary import LABEL_POOL, LABEL_PROVISIONED
 from gpufleet.loop.state import LaunchSpec, MemoryState
 from gpufleet.loop.world import LoopConfig, WorldLoop
 from gpufleet.model.job import GpuRequest, Job, JobSpec, PodPlacement

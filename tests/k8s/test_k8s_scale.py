@@ -65,9 +65,9 @@ from gpufleet.k8s.adapter.nodes import node_info
 from gpufleet.k8s.adapter.objects import job_name
 from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
 from gpufleet.k8s.adopt import PodAdopter
+from gpufleet.k8s.vocabulary import LABEL_ADOPTED_OWNER
 from gpufleet.loop.metering import share_units
 from gpufleet.model.quota import Quota
-from gpufleet.model.share import ADOPTED_LABEL
 from gpufleet.scheduling.profile import Profile
 from gpufleet.scheduling.quota import QuotaPolicy
 from gpufleet.scheduling.usage import UsageTracker
@@ -142,7 +142,6 @@ ENV_ANNOTATIONS = {
     "KWOK_EXIT_CODE": EXIT_CODE_ANNOTATION,
     "KWOK_CHECKPOINT_S": CHECKPOINT_ANNOTATION,
 }
-LABEL_ADOPTED = ADOPTED_LABEL
 
 
 # -- the workload -----------------------------------------------------------------------------------
@@ -413,7 +412,7 @@ def replay(events: list[tuple[float, WatchEvent]], quotas: QuotaPolicy, catalog:
                 assert info is not None, name
                 out.shapes[name] = NodeShape(
                     info.node.gpu_model,
-                    int(info.node.labels.get("gpufleet.io/gpu-replicas", "1")),
+                    info.node.gpu_facts.replicas,
                     _gpu_resources(obj),
                 )
                 models.add(info.node.gpu_model)
@@ -705,7 +704,7 @@ def test_two_hundred_jobs_with_preemption_adoption_and_a_spot_storm(
             events[ev_row.job_id].append((ev_row.old, ev_row.new, ev_row.reason))
 
     # -- each job ended as designed --------------------------------------------------------------------
-    adopted_rows = [row for row in final.values() if (row.labels or {}).get(LABEL_ADOPTED)]
+    adopted_rows = [row for row in final.values() if (row.labels or {}).get(LABEL_ADOPTED_OWNER)]
     planned = {x.name for x in plans}
     extra = [
         f"{row.name} ({row.id}, {row.labels}): {row.state}; events {events[row.id]}"
@@ -730,8 +729,8 @@ def test_two_hundred_jobs_with_preemption_adoption_and_a_spot_storm(
     for row in adopted_rows:
         if row.state != "SUCCEEDED":
             wrong.append(
-                f"adopted {row.labels[LABEL_ADOPTED]} ({row.id}): {row.state} ({row.reason}); events {events[row.id]}; "
-                f"pods {story(recorder.events, row.id, t_wall)}"
+                f"adopted {row.labels[LABEL_ADOPTED_OWNER]} ({row.id}): {row.state} ({row.reason}); "
+                f"events {events[row.id]}; pods {story(recorder.events, row.id, t_wall)}"
             )
     assert not wrong, f"{len(wrong)} jobs did not end as designed:\n" + "\n".join(wrong[:20]) + f"\n{timeline}"
 
@@ -844,9 +843,9 @@ def test_two_hundred_jobs_with_preemption_adoption_and_a_spot_storm(
         for q in ran:
             units[r.ever_bound[q.uid]] += pod_units(q, r.shapes[r.ever_bound[q.uid]])
         seg_units = {node: u for node, u, _, _ in segs}
-        adopted_on_shared += LABEL_ADOPTED in (row.labels or {}) and any(r.shapes[n].replicas > 1 for n in units)
+        adopted_on_shared += LABEL_ADOPTED_OWNER in (row.labels or {}) and any(r.shapes[n].replicas > 1 for n in units)
         whole_on_shared = row.gpu_milli == 1000 and any(r.shapes[n].replicas > 1 for n in units)
-        held_whole = LABEL_ADOPTED in (row.labels or {}) and whole_on_shared
+        held_whole = LABEL_ADOPTED_OWNER in (row.labels or {}) and whole_on_shared
         if held_whole:
             # by design (gpufleet.k8s.adopt): an adopted pod asking nvidia.com/gpu: k without
             # selecting shared GPUs is held and metered as k whole GPUs, wherever it lands

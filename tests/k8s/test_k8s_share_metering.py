@@ -107,4 +107,4 @@ def test_an_adopted_replica_is_metered_by_the_node_it_lands_on(
     assert (row.gpus, row.gpu_milli) == (1, 250)  # placed as the larger share: it fits either node
     assert _metered_units(row, nodes[node]) == units, f"one replica on {node} is {units} units"
     # the store's view of an open run (reports, the metrics' open pods) agrees with the loop's
-    assert pod_share_units(row, nodes[node].gpu_model, nodes[node].labels) == units
+    assert pod_share_units(row, nodes[node].gpu_model, nodes[node].gpu_facts.replicas) == units

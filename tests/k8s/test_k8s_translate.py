@@ -52,7 +52,7 @@ from gpufleet.k8s.adapter.objects import (
 )
 from gpufleet.k8s.adapter.pods import PodFacts, group_gangs, pod_facts
 from gpufleet.model.job import GpuRequest
-from gpufleet.model.node import CapacityType, SharingMode
+from gpufleet.model.node import CapacityType, GpuSharingFacts, SharingMode
 from tests.support.k8s.crdcheck import CRDS, check_cel, validate_builtin, validate_crd
 
 T = TypeVar("T")
@@ -149,9 +149,7 @@ class NodeCase:
     notice: str | None = None  # a substring of spot_notice
     price: float | None = None
     price_source: str = ""  # a substring
-    labels: Mapping[str, str] = field(default_factory=dict)  # a subset of Node.labels
-    gpu_resource: str | None = "nvidia.com/gpu"
-    mig_profiles: Mapping[str, int] = field(default_factory=dict)
+    gpu_facts: GpuSharingFacts = field(default_factory=GpuSharingFacts)  # Node.gpu_facts
 
 
 NODE_CASES = [
@@ -204,7 +202,7 @@ NODE_CASES = [
             CapacityType.ON_DEMAND,
             "h100-shared",
             price=98.32,
-            labels={"gpufleet.io/gpu-replicas": "4", "gpufleet.io/replica-milli": "250"},
+            gpu_facts=GpuSharingFacts(replicas=4, strategy="time-slicing"),
         ),
         id="h100-time-sliced-x4",
     ),
@@ -228,8 +226,7 @@ NODE_CASES = [
             CapacityType.ON_DEMAND,
             "default",
             price=98.32,
-            labels={"gpufleet.io/sharing-strategy": "mps", "gpufleet.io/gpu-resource": "nvidia.com/gpu.shared"},
-            gpu_resource="nvidia.com/gpu.shared",
+            gpu_facts=GpuSharingFacts(resource="nvidia.com/gpu.shared", replicas=4, strategy="mps"),
         ),
         id="h100-mps-rename-by-default",
     ),
@@ -259,9 +256,7 @@ NODE_CASES = [
             "mig-pool",
             price=2 * 23.47126 / 8,
             price_source="per-GPU gcp/us-central1/A100 x8 x 2",
-            labels={"gpufleet.io/mig-strategy": "mixed", "gpufleet.io/mig-profiles": "1g.5gb:7,3g.20gb:2"},
-            gpu_resource=None,
-            mig_profiles={"1g.5gb": 7, "3g.20gb": 2},
+            gpu_facts=GpuSharingFacts(None, mig_strategy="mixed", mig_profiles=(("1g.5gb", 7), ("3g.20gb", 2))),
         ),
         id="a100-mig-mixed-gke",
     ),
@@ -285,8 +280,7 @@ NODE_CASES = [
             CapacityType.ON_DEMAND,
             "default",
             price=32.7726,
-            labels={"gpufleet.io/mig-strategy": "single", "gpufleet.io/mig-profiles": "1g.5gb:56"},
-            mig_profiles={"1g.5gb": 56},
+            gpu_facts=GpuSharingFacts(mig_strategy="single", mig_profiles=(("1g.5gb", 56),)),
         ),
         id="a100-mig-single",
     ),
@@ -398,7 +392,7 @@ NODE_CASES = [
             SharingMode.EXCLUSIVE,
             CapacityType.ON_DEMAND,
             "default",
-            gpu_resource=None,
+            gpu_facts=GpuSharingFacts(resource=None),
         ),
         id="cpu-only",
     ),
@@ -431,7 +425,7 @@ NODE_CASES = [
             "default",
             price=40.96575,  # the node is paid for, GPUs usable or not
             price_source="offering aws/us-east-1/p4de.24xlarge",
-            gpu_resource=None,
+            gpu_facts=GpuSharingFacts(resource=None),
         ),
         id="device-plugin-not-ready-yet",
     ),
@@ -601,9 +595,9 @@ def test_node_translation(case: NodeCase, catalog: PriceCatalog) -> None:
     else:
         assert node.hourly_price_usd == pytest.approx(case.price)
     assert case.price_source in info.price_source
-    assert dict(node.labels).items() >= dict(case.labels).items()
-    assert info.gpu_resource == case.gpu_resource
-    assert dict(info.mig_profiles) == dict(case.mig_profiles)
+    assert node.gpu_facts == case.gpu_facts
+    # issue 21: the labels are the Node's own; nothing gpufleet reads about the GPUs is added to them
+    assert node.labels == case.obj["metadata"].get("labels", {})
     # allocatable CPU and memory, rounded down
     alloc = case.obj["status"]["allocatable"]
     assert node.cpu_milli == quantity_milli(alloc["cpu"], round_up=False)
@@ -623,10 +617,10 @@ def test_time_sliced_replica_is_a_fraction_of_a_gpu() -> None:
     case = _case(NODE_CASES, "h100-time-sliced-x4", NodeCase)
     info = node_info(case.obj, None)
     assert info is not None
-    assert (info.gpu_replicas, info.replica_milli) == (4, 250)
+    assert (info.node.gpu_facts.replicas, info.node.gpu_facts.replica_milli) == (4, 250)
     # a pod asking for one replica holds a quarter of a GPU on that node
     pod = pod_facts(k8s_pod("ml", "infer-0", containers=[container(limits={"nvidia.com/gpu": "1"})]))
-    assert pod.gpu_request(info.gpu_replicas) == GpuRequest(1, 250)
+    assert pod.gpu_request(info.node.gpu_facts.replicas) == GpuRequest(1, 250)
     assert pod.gpu_request() == GpuRequest(1)  # the same pod on an unshared GPU
 
 

@@ -27,7 +27,8 @@ import pytest
 import yaml
 
 from gpufleet.cost.forecast import parse_progress_file
-from gpufleet.k8s.adapter.pods import ANNOTATION_COST_LIMIT, ANNOTATION_GANG_SIZE, pod_facts
+from gpufleet.k8s.adapter.pods import pod_facts
+from gpufleet.k8s.vocabulary import ANNOTATION_COST_LIMIT, ANNOTATION_GANG_SIZE
 from tests.support.paths import REPO
 
 ROOT = REPO

@@ -14,6 +14,7 @@ lists only shrink.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -440,3 +441,129 @@ def _mig_regex_literals() -> list[str]:
 def test_a_mig_profile_is_parsed_in_one_place() -> None:
     found = _mig_regex_literals()
     assert not found, "MIG profile regexes outside model/share.py (use MIG_PROFILE_PATTERN):\n" + "\n".join(found)
+
+
+# -- one home for GPU-share arithmetic --------------------------------------------------------------
+#
+# Every conversion between the forms of a GPU share (replicas ``k`` of ``R``, milli-GPU, MIG slices,
+# share units of 1/7000 GPU, GPU-equivalents) is a function of gpufleet.model.share; the MIG geometry
+# itself is gpufleet.model.gpu. Elsewhere no code names the share unit (a literal 7000) or the 7
+# compute slices (MIG_COMPUTE_SLICES, UNITS_PER_MILLI), divides by MILLI or SHARE_UNITS or divides
+# MILLI (``/``, ``//``, ``%``), builds ``Fraction(x, MILLI | SHARE_UNITS)``, divides a GPU's milli by a
+# literal 1000, or floor-divides by replicas. CPU milli-cores (an operand naming ``cpu``) are no GPU share;
+# a migration (store/migrations/) is frozen history and imports no code it migrates.
+SHARE_HOMES = frozenset({"model/share.py", "model/gpu.py"})
+SHARE_SKIPPED = ("store/migrations/",)
+SHARE_CONSTANTS = frozenset({"MIG_COMPUTE_SLICES", "UNITS_PER_MILLI"})
+SHARE_DIVISORS = frozenset({"MILLI", "SHARE_UNITS"})
+_GPU_MILLI = re.compile(r"(^|_)milli($|_)")  # gpu_milli, total_milli, milli (not milliwatts)
+# (file, rule) → why the arithmetic stays where it is
+SHARE_ALLOWED: dict[tuple[str, str], str] = {
+    # the placement plugins' scores, written as their published references write them, on numpy arrays
+    ("scheduling/placement/fgd.py", "milli / 1000"): "FGD's score: sigmoid(Δ / 1000) of the reference",
+    ("scheduling/placement/fgdwaste.py", "/ MILLI"): "FGD's tie-break: waste removed in GPUs, on arrays",
+    ("scheduling/placement/packing.py", "/ MILLI"): "Packing's score: percent of each GPU used, on arrays",
+}
+
+
+def _names(node: ast.AST) -> Iterator[str]:
+    """The identifiers, attribute names and string constants in ``node`` (what an operand is about)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            yield n.value
+
+
+def _is_cpu(node: ast.AST) -> bool:
+    return any("cpu" in name.lower() for name in _names(node))
+
+
+def _share_rule(node: ast.AST) -> str | None:
+    """The rule ``node`` breaks (a short name), or None."""
+    if isinstance(node, ast.Constant) and type(node.value) is int and node.value == 7000:
+        return "7000"
+    if isinstance(node, ast.Name) and node.id in SHARE_CONSTANTS:
+        return node.id
+    if isinstance(node, ast.alias) and node.name in SHARE_CONSTANTS:
+        return node.name
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod) and not _is_cpu(node):
+        if isinstance(node.right, ast.Name) and node.right.id in SHARE_DIVISORS:
+            return f"/ {node.right.id}"
+        if isinstance(node.left, ast.Name) and node.left.id in SHARE_DIVISORS and not isinstance(node.op, ast.Mod):
+            return f"{node.left.id} /"
+        if (
+            isinstance(node.op, ast.Div)
+            and isinstance(node.right, ast.Constant)
+            and node.right.value in (1000, 1000.0)
+            and any(_GPU_MILLI.search(name) for name in _names(node.left))
+        ):
+            return "milli / 1000"
+        if isinstance(node.op, ast.FloorDiv) and any("replicas" in name for name in _names(node.right)):
+            return "// replicas"
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "Fraction"
+        and len(node.args) == 2
+        and isinstance(node.args[1], ast.Name)
+        and node.args[1].id in SHARE_DIVISORS
+        and not _is_cpu(node.args[0])
+    ):
+        return f"Fraction(, {node.args[1].id})"
+    return None
+
+
+def _share_arithmetic(files: Iterator[tuple[str, ast.Module, list[str]]] | None = None) -> list[Hit]:
+    out: dict[tuple[str, int, str], Hit] = {}
+    for rel, tree, lines in files if files is not None else _files(*{k.split(".")[0] for k in RANKS}):
+        if rel in SHARE_HOMES or rel.startswith(SHARE_SKIPPED):
+            continue
+        for node in ast.walk(tree):
+            rule = _share_rule(node)
+            if rule is not None:
+                line = getattr(node, "lineno", 1)
+                out[(rel, line, rule)] = Hit(rel, line, rule, lines[line - 1])
+    return sorted(out.values(), key=lambda h: (h.file, h.line, h.what))
+
+
+def test_gpu_share_arithmetic_lives_in_model_share() -> None:
+    bad = [f"{hit}  <- {hit.what}" for hit in _share_arithmetic() if (hit.file, hit.what) not in SHARE_ALLOWED]
+    assert not bad, _report("GPU-share arithmetic outside model/share.py: call (or add) a function there", bad)
+
+
+def test_share_allow_list_holds_no_stale_entries() -> None:
+    found = {(h.file, h.what) for h in _share_arithmetic()}
+    stale = [f"SHARE_ALLOWED {k}" for k in SHARE_ALLOWED if k not in found]
+    assert not stale, _report("fixed: remove these allow-list entries", stale)
+
+
+def test_the_share_scanner_sees_violations() -> None:
+    """Each rule finds its planted case, and leaves CPU milli-cores, milliwatts, the homes and the
+    migrations alone."""
+    planted = (
+        "from gpufleet.model.gpu import MIG_COMPUTE_SLICES\n"
+        "a = units / 7000\n"
+        "b = job.gpu_milli / 1000.0\n"
+        "c = held / MILLI\n"
+        "d = MILLI // replicas\n"
+        "e = Fraction(units, SHARE_UNITS)\n"
+        "f = advertised // max(1, replicas)\n"
+        "g = total % MILLI\n"
+        "ok = (cpu_milli / MILLI, Fraction(node.cpu_milli, MILLI), milliwatts / 1000.0, d / 7, x // 1000)\n"
+    )
+    tree, lines = ast.parse(planted), planted.splitlines()
+    files = [(rel, tree, lines) for rel in ("sim/x.py", "model/share.py", "store/migrations/versions/0099_x.py")]
+    hits = _share_arithmetic(iter(files))
+    assert [(h.file, h.line, h.what) for h in hits] == [
+        ("sim/x.py", 1, "MIG_COMPUTE_SLICES"),
+        ("sim/x.py", 2, "7000"),
+        ("sim/x.py", 3, "milli / 1000"),
+        ("sim/x.py", 4, "/ MILLI"),
+        ("sim/x.py", 5, "MILLI /"),
+        ("sim/x.py", 6, "Fraction(, SHARE_UNITS)"),
+        ("sim/x.py", 7, "// replicas"),
+        ("sim/x.py", 8, "/ MILLI"),
+    ]

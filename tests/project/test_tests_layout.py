@@ -1,7 +1,7 @@
 """The tests are grouped by area: every test module sits in an area folder of ``tests/`` (no test at
 the top level, none in ``tests/support/``), support code sits in ``tests/support/`` (no support module
-among the tests), and no test names an absolute path of the machine it was written on (the checkout's parent folder): paths come from
-:mod:`tests.support.paths`."""
+among the tests), and no test names an absolute path of the machine it was written on (the
+checkout's parent folder): paths come from :mod:`tests.support.paths`."""
 
 from __future__ import annotations
 

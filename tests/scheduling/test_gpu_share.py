@@ -16,18 +16,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.cost.ledger import gpu_share
-from gpufleet.k8s.adapter.backend import LABEL_ADOPTED
-from gpufleet.k8s.adapter.nodes import GPU_RESOURCE, SHARED_GPU_RESOURCE
+from gpufleet.k8s.adapter.nodes import node_info
 from gpufleet.k8s.adapter.objects import gpu_resources
 from gpufleet.k8s.adapter.pods import OwnerRef, PodFacts
+from gpufleet.k8s.vocabulary import (
+    GPU_RESOURCE,
+    LABEL_ADOPTED_OWNER,
+    LABEL_GPU_PRODUCT,
+    LABEL_GPU_REPLICAS,
+    LABEL_REQUESTED_REPLICAS,
+    SHARED_GPU_RESOURCE,
+)
+from gpufleet.loop.cluster import ClusterView
 from gpufleet.loop.metering import run_shares
 from gpufleet.model.gpu import GPU_MODELS, MIG_COMPUTE_SLICES, MILLI, GpuModel, MigProfile
 from gpufleet.model.job import GpuRequest, Job, JobSpec, PodPlacement
+from gpufleet.model.node import GpuSharingFacts, Node
 from gpufleet.model.share import (
-    ADOPTED_LABEL,
     MIG_PROFILE_PATTERN,
-    NODE_REPLICAS_LABEL,
-    REQUESTED_REPLICAS_LABEL,
     SHARE_UNITS,
     MigName,
     fraction_units,
@@ -48,15 +54,16 @@ from gpufleet.model.share import (
 )
 
 PROFILES = [(m, p) for m in GPU_MODELS.values() for p in m.mig_profiles]
-ADOPTED = {ADOPTED_LABEL: "vision/Pod/infer"}
+ADOPTED = {LABEL_ADOPTED_OWNER: "vision/Pod/infer"}
 
 
 def _adopted(k: int) -> dict[str, str]:
-    return {**ADOPTED, REQUESTED_REPLICAS_LABEL: str(k)}
+    return {**ADOPTED, LABEL_REQUESTED_REPLICAS: str(k)}
 
 
-def _node(replicas: int) -> dict[str, str]:
-    return {NODE_REPLICAS_LABEL: str(replicas)}
+def _node(replicas: int) -> int:
+    """A node's replicas per GPU (``GpuSharingFacts.replicas``)."""
+    return replicas
 
 
 def _pod(k: int, resource: str = GPU_RESOURCE) -> PodFacts:
@@ -155,23 +162,42 @@ def test_request_scenarios(req: GpuRequest, model: str, units: int) -> None:
         (GpuRequest(1, 250), _adopted(2), _node(8), 1750),
         (GpuRequest(1, 333), _adopted(1), _node(3), 2331),  # 333 milli: 1/3 rounded down
         (GpuRequest(1), _adopted(4), _node(8), 3500),  # 4 replicas, placed as a GPU of a 4-way node
-        (GpuRequest(1, 250), _adopted(1), {}, 1750),  # a node not time-sliced: as placed
+        (GpuRequest(1, 250), _adopted(1), GpuSharingFacts().replicas, 1750),  # a node not time-sliced: as placed
         (GpuRequest(1, 250), _adopted(1), _node(1), 1750),
-        (GpuRequest(1, 250), {REQUESTED_REPLICAS_LABEL: "1"}, _node(8), 1750),  # not adopted: as placed
-        (GpuRequest(1, 250), {**ADOPTED, REQUESTED_REPLICAS_LABEL: "x"}, _node(8), 1750),
+        (GpuRequest(1, 250), {LABEL_REQUESTED_REPLICAS: "1"}, _node(8), 1750),  # not adopted: as placed
+        (GpuRequest(1, 250), {**ADOPTED, LABEL_REQUESTED_REPLICAS: "x"}, _node(8), 1750),
         (GpuRequest(1, 143, "1g.10gb"), _adopted(1), _node(8), 1000),  # a MIG slice is its slice
         (GpuRequest(0), _adopted(1), _node(8), 0),
     ],
 )
-def test_landed_scenarios(req: GpuRequest, job: dict[str, str], node: dict[str, str], units: int) -> None:
+def test_landed_scenarios(req: GpuRequest, job: dict[str, str], node: int, units: int) -> None:
     assert landed_units(req, "L4", job, node) == units
 
 
-def test_the_label_keys_are_the_kubernetes_backends() -> None:
-    from gpufleet.k8s.adapter.nodes import GF_GPU_REPLICAS
+def test_the_replicas_are_the_node_readers() -> None:
+    """The replicas metering divides by are the Kubernetes node reader's typed facts."""
+    obj = {
+        "metadata": {"name": "ts8", "labels": {LABEL_GPU_PRODUCT: "NVIDIA-L4", LABEL_GPU_REPLICAS: "8"}},
+        "status": {"allocatable": {GPU_RESOURCE: "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    info = node_info(obj)
+    assert info is not None and info.node.gpu_facts.replicas == 8
+    assert landed_units(GpuRequest(1, 250), "L4", _adopted(1), info.node.gpu_facts.replicas) == 875
+    assert requested_replicas(_adopted(3)) == 3 and requested_replicas({LABEL_REQUESTED_REPLICAS: "3"}) is None
 
-    assert ADOPTED_LABEL == LABEL_ADOPTED and NODE_REPLICAS_LABEL == GF_GPU_REPLICAS
-    assert requested_replicas(_adopted(3)) == 3 and requested_replicas({REQUESTED_REPLICAS_LABEL: "3"}) is None
+
+def test_a_node_label_does_not_set_the_replicas_metered() -> None:
+    """Issue 21: a node's sharing is a typed fact, not a label. A label named like the reader's old
+    bookkeeping (``gpufleet.io/gpu-replicas``, which an operator may well set on a Node) no longer
+    makes the loop meter an adopted pod as 1/8 of an unshared GPU."""
+    view = ClusterView()
+    view.request(Node("l4", "L4", 1, labels={"gpufleet.io/gpu-replicas": "8"}), 1.0, 0.0)
+    view.request(Node("ts8", "L4", 1, gpu_facts=GpuSharingFacts(replicas=8, strategy="time-slicing")), 1.0, 0.0)
+    assert (view.node_replicas("l4"), view.node_replicas("ts8"), view.node_replicas("gone")) == (1, 8, 1)
+    job = Job("j1", JobSpec(name="a", gpu=GpuRequest(1, 250), labels=_adopted(1), gang_size=2), 0.0)
+    placement = [PodPlacement("l4", (0,), 250), PodPlacement("ts8", (0,), 250)]
+    shares = run_shares(job, placement, view.gpu_model, "l4", view.node_replicas)
+    assert [(s.node, s.gpu_units) for s in shares] == [("l4", 1750), ("ts8", 875)]
 
 
 def test_the_loop_meters_each_node_by_its_own_replicas() -> None:
@@ -179,10 +205,10 @@ def test_the_loop_meters_each_node_by_its_own_replicas() -> None:
     spec = JobSpec(name="gang", gpu=GpuRequest(1, 250), labels=_adopted(1), gang_size=3)
     job = Job("j1", spec, 0.0)
     placement = [PodPlacement("ts4", (0,), 250), PodPlacement("ts8", (0,), 250), PodPlacement("ts8", (1,), 250)]
-    labels = {"ts4": _node(4), "ts8": _node(8)}
-    shares = run_shares(job, placement, lambda n: "L4", "ts4", labels.__getitem__)
+    replicas = {"ts4": _node(4), "ts8": _node(8)}
+    shares = run_shares(job, placement, lambda n: "L4", "ts4", replicas.__getitem__)
     assert [(s.node, s.gpu_units) for s in shares] == [("ts4", 1750), ("ts8", 2 * 875)]
-    assert run_shares(job, placement, lambda n: "L4", "ts4")[1].gpu_units == 2 * 1750  # no node labels: as placed
+    assert run_shares(job, placement, lambda n: "L4", "ts4")[1].gpu_units == 2 * 1750  # no node replicas: as placed
 
 
 # -- invariants ------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.integrations import mlflow_sync
+from gpufleet.integrations import mlflow_uris
 from gpufleet.integrations.mlflow_sync import LOGGED, METRIC_COST, RUN_LABEL, SKIPPED
 from gpufleet.server.settings import MlflowSettings
 from gpufleet.store import repo
@@ -170,7 +170,7 @@ def test_a_job_may_name_the_servers_own_tracking_uri(fleet: Fleet, tracking: Tra
 
 def test_the_allow_list_compares_scheme_host_port_and_path() -> None:
     entries = ("https://mlflow.corp", "http://mlflow.corp:5000/team-a/", "file:///srv/runs")
-    allowed = [mlflow_sync.allowed_uri(u) for u in entries]
+    allowed = [mlflow_uris.allowed_uri(u) for u in entries]
     ok = [
         "https://mlflow.corp", "https://MLflow.Corp/", "https://mlflow.corp:443/x", "https://mlflow.corp./",
         "http://mlflow.corp:5000/team-a", "http://mlflow.corp:5000/team-a/sub",
@@ -185,10 +185,10 @@ def test_the_allow_list_compares_scheme_host_port_and_path() -> None:
         "https://mlflow.corp:notaport", "", "mlflow.corp",
     ]  # fmt: skip
     for uri in ok:
-        assert mlflow_sync.uri_allowed(uri, allowed), uri
+        assert mlflow_uris.uri_allowed(uri, allowed), uri
     for uri in refused:
-        assert not mlflow_sync.uri_allowed(uri, allowed), uri
-    assert not mlflow_sync.uri_allowed("https://mlflow.corp", [])  # the default: no job URI at all
+        assert not mlflow_uris.uri_allowed(uri, allowed), uri
+    assert not mlflow_uris.uri_allowed("https://mlflow.corp", [])  # the default: no job URI at all
 
 
 def test_the_settings_refuse_an_allow_list_entry_that_names_no_host() -> None:

@@ -45,9 +45,9 @@ from gpufleet.integrations.mlflow_sync import (
     MlflowSync,
     improvement,
     mlflow_labels,
-    redact_uri,
     roi_of,
 )
+from gpufleet.integrations.mlflow_uris import redact_uri
 from gpufleet.sdk.client import with_mlflow_run
 from gpufleet.server.settings import MlflowSettings, Settings, load_settings
 from gpufleet.services.budgets import job_spend

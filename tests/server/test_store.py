@@ -24,10 +24,11 @@ from gpufleet.cli.db import db_app
 from gpufleet.cost.allocation import allocate
 from gpufleet.errors import ConflictError, InputError, NotFoundError, StoreError, TransitionError
 from gpufleet.model.job import GpuRequest, JobState, PodPlacement
-from gpufleet.model.node import CapacityType, Node, SharingMode
+from gpufleet.model.node import CapacityType, GpuSharingFacts, Node, SharingMode
 from gpufleet.model.quota import DEFAULT_PRIORITY_GRANT, Quota
 from gpufleet.store import Database, repo
 from gpufleet.store.convert import (
+    gpu_facts_to_json,
     job_from_row,
     job_spec_from_row,
     node_from_row,
@@ -40,7 +41,7 @@ from gpufleet.store.models import Base, JobRow, Token
 # -- helpers --------------------------------------------------------------------------------------
 
 
-HEAD = "0011"  # the newest migration
+HEAD = "0012"  # the newest migration
 
 
 def submit(
@@ -513,6 +514,106 @@ def test_upsert_node_splits_intervals_on_price_and_shape_changes(db: Database) -
         assert [(i.start, i.end) for i in repo.node_intervals(s, "n1")][-1] == (4000.0, None)
         with pytest.raises(NotFoundError):
             repo.remove_node(s, "ghost", 1.0)
+
+
+def test_a_nodes_gpu_facts_round_trip(db: Database) -> None:
+    """Issue 21: how a node's GPUs are shared is a column of its row (``nodes.gpu_facts``), not labels;
+    the default (unshared, nvidia.com/gpu) is stored as NULL."""
+    shared = GpuSharingFacts("nvidia.com/gpu.shared", replicas=4, strategy="mps")
+    mig = GpuSharingFacts(None, mig_strategy="mixed", mig_profiles=(("1g.10gb", 7), ("3g.40gb", 2)), whole_gpus=1)
+    with db.session() as s:
+        for name, facts in (("ts", shared), ("mig", mig), ("plain", GpuSharingFacts())):
+            repo.upsert_node(s, gpu_node(name, labels={"zone": "b"}, gpu_facts=facts), hourly_usd=1.0, now=0.0)
+        rows = {r.name: r for r in repo.list_nodes(s)}
+        assert rows["plain"].gpu_facts is None and rows["ts"].labels == {"zone": "b"}
+        assert {n: node_from_row(r).gpu_facts for n, r in rows.items()} == {
+            "ts": shared,
+            "mig": mig,
+            "plain": GpuSharingFacts(),
+        }
+
+
+# the labels the Kubernetes node reader used to add to nodes.labels (before migration 0012)
+_OLD_LABELS: dict[str, dict[str, str]] = {
+    "ts": {
+        "node.kubernetes.io/instance-type": "g6.xlarge",
+        "gpufleet.io/instance-type": "g6.xlarge",
+        "gpufleet.io/gpu-resource": "nvidia.com/gpu",
+        "gpufleet.io/gpu-replicas": "4",
+        "gpufleet.io/replica-milli": "250",
+        "gpufleet.io/sharing-strategy": "time-slicing",
+    },
+    "mig": {
+        "topology.kubernetes.io/region": "us-east-1",
+        "gpufleet.io/region": "us-east-1",
+        "gpufleet.io/gpu-resource": "nvidia.com/gpu",
+        "gpufleet.io/mig-strategy": "mixed",
+        "gpufleet.io/mig-profiles": "1g.10gb:7,3g.40gb:2",
+        "gpufleet.io/whole-gpus": "1",
+    },
+    "slices": {"gpufleet.io/mig-strategy": "single", "gpufleet.io/mig-profiles": "1g.5gb:56"},
+    "excl": {"gpufleet.io/gpu-resource": "nvidia.com/gpu"},  # an unshared node: the default facts
+    "plain": {"zone": "b"},
+    "local": {"gpufleet.io/backend": "local", "gpufleet.io/gpu-source": "nvml"},
+}
+
+
+def test_migration_0012_moves_the_invented_labels_into_gpu_facts(empty_db_url: str) -> None:
+    """The reader's invented ``gpufleet.io/*`` labels become ``gpu_facts`` (and its copies of the
+    instance type and region go); the downgrade puts them back."""
+    import sqlalchemy as sa
+    from alembic import command
+
+    nodes = sa.table(
+        "nodes",
+        *(sa.column(c) for c in ("name", "gpu_model", "pool", "capacity_type", "sharing", "state")),
+        *(sa.column(c, sa.Integer) for c in ("gpu_count", "cpu_milli", "memory_mib")),
+        *(sa.column(c, sa.Float) for c in ("hourly_price_usd", "added_at")),
+        sa.column("labels", sa.JSON),
+    )
+    db = Database(empty_db_url)
+    try:
+        db.upgrade("0011")
+        with db.engine.begin() as conn:
+            for name, labels in _OLD_LABELS.items():
+                conn.execute(
+                    nodes.insert().values(
+                        name=name, gpu_model="L4", gpu_count=1, cpu_milli=0, memory_mib=0, pool="p",
+                        capacity_type="on-demand", sharing="shared", hourly_price_usd=1.0, state="ready",
+                        added_at=0.0, labels=labels,
+                    )
+                )  # fmt: skip
+        db.upgrade()
+        with db.session(readonly=True) as s:
+            got = {r.name: (r.labels, node_from_row(r).gpu_facts) for r in repo.list_nodes(s)}
+        assert got == {
+            "ts": (
+                {"node.kubernetes.io/instance-type": "g6.xlarge"},
+                GpuSharingFacts(replicas=4, strategy="time-slicing"),
+            ),
+            "mig": (
+                {"topology.kubernetes.io/region": "us-east-1"},
+                GpuSharingFacts(mig_strategy="mixed", mig_profiles=(("1g.10gb", 7), ("3g.40gb", 2)), whole_gpus=1),
+            ),
+            "slices": ({}, GpuSharingFacts(None, mig_strategy="single", mig_profiles=(("1g.5gb", 56),))),
+            "excl": ({}, GpuSharingFacts()),
+            "plain": ({"zone": "b"}, GpuSharingFacts()),
+            "local": (_OLD_LABELS["local"], GpuSharingFacts()),
+        }
+        with db.session(readonly=True) as s:  # what the code writes for these facts is what the migration wrote
+            rows = {r.name: r for r in repo.list_nodes(s)}
+            for r in rows.values():
+                assert r.gpu_facts == gpu_facts_to_json(node_from_row(r).gpu_facts), r.name
+        with db.engine.connect() as conn, conn.begin():
+            command.downgrade(db._alembic_config(conn), "0011")
+        with db.engine.connect() as conn:
+            back = {name: labels for name, labels in conn.execute(sa.select(nodes.c.name, nodes.c.labels))}
+        # all as they were, but the default's gpu-resource (NULL facts: read the same without the label)
+        assert back == {**_OLD_LABELS, "excl": {}}
+        db.upgrade()
+        db.check_schema()
+    finally:
+        db.dispose()
 
 
 # -- the ledger -----------------------------------------------------------------------------------

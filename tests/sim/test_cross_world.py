@@ -11,6 +11,11 @@ that are taken back — is run
 
 Both must make the same decisions in the same order (starts with their placements, preemptions,
 requeues, refusals, ends) and charge every job the same cost to the cent.
+
+(d) The same workload with jobs that carry their own budget (``budget_usd``; some are spent before the
+job is done, some are not): both worlds stop the same jobs at the same moment, with the same typed
+stop reason, and charge them the same to the cent — the loop's rule
+(:func:`gpufleet.loop.budgets.overrun`) on each world's ledger.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ from gpufleet.cost.budget_model import Budget, make_budget
 from gpufleet.cost.budget_status import BudgetExceededError
 from gpufleet.cost.spend import job_costs_usd
 from gpufleet.loop.world import WorldLoop
-from gpufleet.model.job import GpuRequest, Job, JobSpec
+from gpufleet.model.job import GpuRequest, Job, JobSpec, StopKind, StopReason
 from gpufleet.model.node import CapacityType, Node
+from gpufleet.model.submission import Submission, submission
 from gpufleet.scheduling.profile import Profile, load_profile
 from gpufleet.server.host import seed_teams
 from gpufleet.services.budgets import BudgetService, check_submission
@@ -119,6 +125,39 @@ def workload() -> Trace:
     return Trace("cross-world", jobs)
 
 
+def budgeted_workload() -> Trace:
+    """The workload with jobs of their own budget: every 5th from the 3rd (2 GPUs) gets a quarter of
+    what it would cost on on-demand nodes — spent before it is done, wherever it runs — and every
+    5th from the 1st (1 GPU) twice that cost."""
+    jobs = []
+    for i, tj in enumerate(workload().jobs):
+        spec = tj.spec
+        on_demand = spec.gpu.count * 4.0 * (spec.duration_s or 0.0) / 3600.0  # $16/h for 4 GPUs
+        if i % 5 == 2:
+            spec = replace(spec, budget_usd=round(0.25 * on_demand, 2) + 0.003)
+        elif i % 5 == 0:
+            spec = replace(spec, budget_usd=round(2.0 * on_demand, 2) + 0.003)
+        jobs.append(TraceJob(tj.submit_time, spec))
+    return Trace("cross-world-budgets", jobs)
+
+
+def submission_of(spec: JobSpec) -> Submission:
+    """The job as an API submit of it (the one builder)."""
+    return submission(
+        spec.name,
+        ["train"],
+        priority_class=spec.priority_class,
+        gpu=spec.gpu,
+        gpu_types=sorted(spec.gpu_types),
+        cpu_milli=spec.cpu_milli,
+        memory_mib=spec.memory_mib,
+        preemptible=spec.preemptible,
+        checkpoint_interval_s=spec.checkpoint_interval_s,
+        estimated_runtime_s=spec.estimated_runtime_s,
+        budget_usd=spec.budget_usd,
+    )
+
+
 def insert(s: Session, fields: dict[str, Any], team: str, now: float, jid: str) -> None:
     """Store a submission with the simulator's job id (the store's insert, as the API's)."""
     repo.submit_job(
@@ -132,6 +171,7 @@ class Outcome:
     costs: dict[str, float]  # job name → $
     states: dict[str, str]  # job name → final state
     refused: set[str]
+    stops: dict[str, StopReason | None]  # job name → the stop the loop last asked of it (typed)
 
 
 def decisions_of(jobs: dict[str, Job]) -> list[tuple[Any, ...]]:
@@ -148,8 +188,12 @@ def placements(jobs: dict[str, Job]) -> dict[str, list[str]]:
     return {j.spec.name: [e.reason for e in j.events if e.new.value == "ADMITTED"] for j in jobs.values()}
 
 
-def run_simulator() -> tuple[Outcome, dict[str, list[str]], Simulation]:
-    trace = workload()
+def stops_of(jobs: dict[str, Job]) -> dict[str, StopReason | None]:
+    return {j.spec.name: j.stopped_by for j in jobs.values()}
+
+
+def run_simulator(trace: Trace | None = None) -> tuple[Outcome, dict[str, list[str]], Simulation]:
+    trace = trace or workload()
     sim = Simulation(
         trace,
         load_profile(PROFILE).build(),
@@ -166,12 +210,15 @@ def run_simulator() -> tuple[Outcome, dict[str, list[str]], Simulation]:
         costs={r.name: r.cost_usd for r in result.records if r.job_id not in refused},
         states={n: j.state.value for n, j in by_name.items() if j.id not in refused},
         refused={sim.jobs[str(i)].spec.name for i in refused},
+        stops=stops_of({k: v for k, v in sim.jobs.items() if k not in refused}),
     )
     return outcome, placements({k: v for k, v in sim.jobs.items() if k not in refused}), sim
 
 
-def run_server_loop(db: Database, tmp: Path) -> tuple[Outcome, dict[str, list[str]], Controller]:
-    trace = workload()
+def run_server_loop(
+    db: Database, tmp: Path, trace: Trace | None = None
+) -> tuple[Outcome, dict[str, list[str]], Controller]:
+    trace = trace or workload()
     profile: Profile = load_profile(PROFILE)
     seed_teams(db, cast(Any, SimpleNamespace(scheduler=profile)), 0.0)
     with db.session() as s:
@@ -209,18 +256,7 @@ def run_server_loop(db: Database, tmp: Path) -> tuple[Outcome, dict[str, list[st
     def submit(i: int) -> None:
         tj = trace.jobs[i]
         spec = tj.spec
-        fields = {
-            "name": spec.name,
-            "command": ["train"],
-            "priority_class": spec.priority_class,
-            "gpus": spec.gpu.count,
-            "gpu_types": sorted(spec.gpu_types),
-            "cpu_milli": spec.cpu_milli,
-            "memory_mib": spec.memory_mib,
-            "preemptible": spec.preemptible,
-            "checkpoint_interval_s": spec.checkpoint_interval_s,
-            "estimated_runtime_s": spec.estimated_runtime_s,
-        }
+        fields = submission_of(spec).fields()
         now = clock.now()
         try:
             with db.session() as s:  # what the API does: the block check in the inserting transaction
@@ -261,6 +297,7 @@ def run_server_loop(db: Database, tmp: Path) -> tuple[Outcome, dict[str, list[st
         costs={j.spec.name: costs.get(j.id, 0.0) for j in jobs.values()},
         states=states,
         refused=refused,
+        stops=stops_of(jobs),
     )
     return outcome, placements(jobs), ctl
 
@@ -286,6 +323,46 @@ def test_simulator_and_server_loop_decide_the_same(db: Database, tmp_path: Path,
     assert srv_out.decisions == sim_out.decisions
     assert srv_out.states == sim_out.states
     assert srv_out.costs == sim_out.costs
+    assert srv_out.stops == sim_out.stops
+
+
+def test_both_worlds_stop_a_job_at_its_own_budget(db: Database, tmp_path: Path) -> None:
+    """(d): jobs with their own budget — the simulator stops the same ones as the server, at the same
+    moment (their CANCELLED transition's time), with the same typed stop reason, charged the same to
+    the cent; the server's store keeps the stop as the same text."""
+    trace = budgeted_workload()
+    sim_out, sim_places, sim = run_simulator(trace)
+    srv_out, srv_places, ctl = run_server_loop(db, tmp_path, trace)
+    budgeted = {tj.spec.name: tj.spec.budget_usd for tj in trace.jobs if tj.spec.budget_usd is not None}
+    stopped = {
+        name
+        for name, stop in sim_out.stops.items()
+        if stop is not None and stop.kind is StopKind.BUDGET and sim_out.states.get(name) == "CANCELLED"
+    }
+    # the workload exercises both: budgets spent before the job is done, and budgets never reached
+    assert stopped and stopped <= set(budgeted)
+    assert any(sim_out.states.get(n) == "SUCCEEDED" for n in budgeted), "every budgeted job was stopped"
+    for name in stopped:  # stopped once its cost reached its budget (and not long after: a tick)
+        budget = budgeted[name]
+        assert budget is not None and budget <= sim_out.costs[name] <= budget + 1.0, (name, budget)
+        stop = sim_out.stops[name]
+        assert stop is not None and stop.detail.startswith(f"job budget of ${budget:,.2f} reached")
+    assert srv_out.refused == sim_out.refused
+    assert srv_places == sim_places
+    assert srv_out.decisions == sim_out.decisions  # the CANCELLED transitions at the same times
+    assert srv_out.states == sim_out.states
+    assert srv_out.costs == sim_out.costs
+    assert srv_out.stops == sim_out.stops
+    by_name = {j.spec.name: j for j in sim.jobs.values()}
+    with db.session() as s:
+        for name in stopped:
+            row = repo.get_job(s, by_name[name].id)
+            run = repo.get_run(s, row.id, row.run)
+            assert run is not None and run.stop_requested is not None
+            stop = srv_out.stops[name]
+            assert stop is not None and StopReason.parse(run.stop_requested) == stop  # stored as text, typed again
+            assert run.stop_requested == f"budget: {stop.detail}" and row.reason == stop.detail
+    assert ctl.loop.active == {}
 
 
 # -- (c) the live server loop: real processes on the wall clock -------------------------------------

@@ -27,7 +27,7 @@ from gpufleet.api.auth import TokenCache
 from gpufleet.api.context import ApiContext
 from gpufleet.api.docs import install as install_docs
 from gpufleet.api.metrics import ApiMetrics, MetricsMiddleware, dcgm_router
-from gpufleet.api.routes import allocation, budgets, insights, jobs, nodes, queue, system, teams, tokens, usage
+from gpufleet.api.routes import allocation, budgets, insights, jobs, logs, nodes, queue, system, teams, tokens, usage
 from gpufleet.api.routes import proposals as proposal_routes
 from gpufleet.api.ui import install as install_ui
 from gpufleet.wire import (
@@ -145,12 +145,12 @@ def create_app(ctx: ApiContext) -> FastAPI:
     )
     app.state.ctx = ctx
     app.state.token_cache = TokenCache(ctx.auth_cache_s, ctx.revocations_file)
-    app.state.log_follows = jobs.FollowSlots(ctx.log_follows_per_token, ctx.log_follows_total)
+    app.state.log_follows = logs.FollowSlots(ctx.log_follows_per_token, ctx.log_follows_total)
     app.state.metrics = ApiMetrics(ctx)
     problems.install(app)
     # Routers carry their full ``/v1/...`` prefix themselves so each route's ``path`` is the
     # template the metrics label requests with.
-    for module in (jobs, queue, nodes, teams, tokens, usage):
+    for module in (jobs, logs, queue, nodes, teams, tokens, usage):
         app.include_router(module.router)
     app.include_router(insights.router)  # progress, forecasts, anomalies, recommendations, ROI
     app.include_router(budgets.router)  # /v1/budgets

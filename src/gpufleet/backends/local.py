@@ -75,6 +75,7 @@ from gpufleet.backends.base import (
 )
 from gpufleet.backends.gpuspec import parse_gpu_spec
 from gpufleet.errors import BackendError, InputError
+from gpufleet.k8s.vocabulary import LABEL_BACKEND, LABEL_GPU_MEMORY_GIB, LABEL_GPU_MODELS, LABEL_GPU_SOURCE
 from gpufleet.model.gpu import MILLI, gpu_model
 from gpufleet.model.job import PodPlacement
 from gpufleet.model.node import CapacityType, Node, SharingMode
@@ -343,16 +344,16 @@ class LocalBackend:
             self.gpus = self._discover_gpus()
             self.capabilities = self._capabilities()
             gpus = list(self.gpus)
-        labels = {"gpufleet.io/backend": "local", "gpufleet.io/gpu-source": self.gpu_source}
+        labels = {LABEL_BACKEND: "local", LABEL_GPU_SOURCE: self.gpu_source}
         model = ""
         if gpus:
             counts = Counter(g.model for g in gpus)
             model = counts.most_common(1)[0][0]
             if len(counts) > 1:
                 log.warning("mixed GPU models %s on one host; the node is listed as %s", dict(counts), model)
-                labels["gpufleet.io/gpu-models"] = ",".join(sorted(counts))
+                labels[LABEL_GPU_MODELS] = ",".join(sorted(counts))
             if gpu_model(model).memory_gib <= 0:
-                labels["gpufleet.io/gpu-memory-gib"] = f"{gpus[0].memory_gib:g}"
+                labels[LABEL_GPU_MEMORY_GIB] = f"{gpus[0].memory_gib:g}"
         return [
             Node(
                 name=self.node_name,

@@ -20,8 +20,8 @@ from gpufleet.cli.render import Col, make_table
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gpufleet.experiments.inference.model import Precision
     from gpufleet.experiments.fragmentation import TraceResult
+    from gpufleet.experiments.inference.model import Precision
 
 experiment_app = typer.Typer(help="Reproduce research experiments (e.g. FGD fragmentation).", no_args_is_help=True)
 

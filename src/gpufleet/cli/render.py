@@ -170,7 +170,9 @@ def gpu_shape(job: JobOut) -> str:
     if job.mig:
         return f"mig {job.mig}{suffix}"
     if job.gpu_milli:
-        return f"{job.gpu_milli / 1000:g} GPU{suffix}"
+        from gpufleet.model.share import milli_gpus
+
+        return f"{milli_gpus(job.gpu_milli):g} GPU{suffix}"
     if job.gpus:
         return f"{job.gpus}×{types or 'GPU'}"
     return "–"

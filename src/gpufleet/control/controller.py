@@ -38,10 +38,10 @@ from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.forecast import MAX_PROGRESS_LINE_BYTES, ProgressReport
 from gpufleet.errors import GpufleetError
 from gpufleet.io.catalog import load_catalog
-from gpufleet.loop.budgets import BudgetTick, Overrun
+from gpufleet.loop.budgets import BudgetTick, next_tick
 from gpufleet.loop.world import ActiveRun, LoopConfig, WorldLoop
 from gpufleet.model.gpu import MILLI
-from gpufleet.model.job import Job, JobState
+from gpufleet.model.job import Job, JobState, StopReason
 from gpufleet.model.node import Node
 from gpufleet.scheduling.cycle import Scheduler
 from gpufleet.scheduling.decisions import Decisions
@@ -102,13 +102,19 @@ class ServiceBudgets:
 
     def __init__(self, service: BudgetService) -> None:
         self.service = service
+        self._last = -math.inf  # the last tick (the service's timer is reset by the same call)
 
     def due(self, now: float) -> bool:
         return self.service.due(now)
 
+    def next_due(self) -> float:
+        return next_tick(self._last, self.service.interval_s)
+
     def tick(self, now: float, loop: WorldLoop) -> BudgetTick:
+        self._last = now
+        # jobs over their own budget: the loop's rule (gpufleet.loop.budgets.overrun) on the store's ledger
         overruns = self.service.run(now)
-        return BudgetTick(list(self.service.throttles), [Overrun(o.job_id, o.reason) for o in overruns])
+        return BudgetTick(list(self.service.throttles), list(overruns))
 
     def refuse(self, job: Job, now: float, loop: WorldLoop) -> str | None:
         return None
@@ -313,7 +319,8 @@ class Controller:
             job = job_from_row(row)
             state.recovered(row.id, row.seq)
             run_row = runs.get((row.id, row.run))
-            stopping = run_row.stop_requested if run_row is not None else None
+            stored = run_row.stop_requested if run_row is not None else None
+            stopping = StopReason.parse(stored) if stored else None  # the stop's stored text, typed again
             got = self.backend.recover(row.id, row.run)
             if got.state is RecoveredState.RUNNING and got.handle is not None:
                 self._adopt(job, row.run, got.handle.pid, got.handle.started_at, stopping, now)
@@ -354,7 +361,13 @@ class Controller:
             return min(now, row.heartbeat_at) if row is not None else now
 
     def _adopt(
-        self, job: Job, run: int, pid: int | None, started_at: float | None, stopping: str | None, now: float
+        self,
+        job: Job,
+        run: int,
+        pid: int | None,
+        started_at: float | None,
+        stopping: StopReason | None,
+        now: float,
     ) -> None:
         """A run the store knows joins the loop's running set (RUNNING in the store if it was ADMITTED)."""
         started = started_at if started_at is not None else now

@@ -20,6 +20,7 @@ from fractions import Fraction
 from gpufleet.errors import InputError
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.node import CapacityType
+from gpufleet.model.share import gpu_units
 
 from .ledger import MIB_PER_GIB, SHARE_UNITS, US_PER_HOUR, US_PER_S, Ledger, UsageSegment, exact_price, to_us
 from .pricesplit import DEFAULT_UNIT_PRICES, PriceSplit, UnitPrices, split_node_price
@@ -136,7 +137,7 @@ def allocate(
         if dur <= 0:
             continue
         cap = capacity.setdefault(sid, [0, 0, 0])
-        cap[0] += iv.gpu_count * SHARE_UNITS * dur
+        cap[0] += gpu_units(iv.gpu_count) * dur
         cap[1] += iv.cpu_milli * dur
         cap[2] += iv.memory_mib * dur
         node_cost += price * dur / US_PER_HOUR

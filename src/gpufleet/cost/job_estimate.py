@@ -9,8 +9,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job
+from gpufleet.model.share import milli_gpus
 
 # A job with neither a runtime estimate nor a max runtime is assumed to run this long when its
 # cost is estimated (the feasibility check and block's committed spend): one hour, the scheduler's
@@ -57,7 +57,7 @@ def estimate_job_cost(
 
 
 def job_gpus(job: Job) -> float:
-    return job.spec.total_gpu_milli / MILLI
+    return milli_gpus(job.spec.total_gpu_milli)
 
 
 def estimate_for(job: Job, usd_per_gpu_hour: float, now: float) -> JobCostEstimate:

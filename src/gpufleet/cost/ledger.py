@@ -31,11 +31,11 @@ from fractions import Fraction
 from types import MappingProxyType
 
 from gpufleet.errors import InputError
-from gpufleet.model.gpu import MILLI, gpu_model
+from gpufleet.model.gpu import gpu_model
 from gpufleet.model.job import GpuRequest, Job, PodPlacement
 from gpufleet.model.node import CapacityType, Node
 from gpufleet.model.share import SHARE_UNITS as SHARE_UNITS  # 7000 share units = one GPU
-from gpufleet.model.share import fraction_units, request_share
+from gpufleet.model.share import fraction_units, gpu_units, gpus_units, milli_units, request_share, units_fraction
 
 US_PER_S = 1_000_000
 US_PER_HOUR = 3600 * US_PER_S
@@ -128,8 +128,8 @@ class UsageSegment:
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
         share = self.gpu_share
-        if not isinstance(share, Fraction) or SHARE_UNITS % share.denominator:
-            object.__setattr__(self, "gpu_share", Fraction(_share_units(share), SHARE_UNITS))
+        if not isinstance(share, Fraction) or fraction_units(share) is None:
+            object.__setattr__(self, "gpu_share", units_fraction(_share_units(share)))
         elif share < 0:
             raise LedgerError(f"gpu_share must be >= 0, got {share}", field="gpu_share")
         _check_times(self.start, self.end, f"job {self.job_id}")
@@ -373,7 +373,7 @@ class Ledger:
         if spec.gpu.count == 0:
             share = Fraction(0)
         elif spec.gpu.mig_profile is None and placement.gpus:
-            share = Fraction(len(placement.gpus) * placement.milli, MILLI)  # what was bound
+            share = units_fraction(milli_units(len(placement.gpus) * placement.milli))  # what was bound
         else:
             share = gpu_share(spec.gpu, model)
         return self.open(
@@ -487,9 +487,9 @@ class Ledger:
 
     @staticmethod
     def _check_fits(iv: _Interval, job_id: str, units: int, cpu: int, mem: int) -> None:
-        if units > iv.gpu_count * SHARE_UNITS:
+        if units > gpu_units(iv.gpu_count):
             raise LedgerError(
-                f"job {job_id}: gpu_share {Fraction(units, SHARE_UNITS)} exceeds node {iv.node}'s {iv.gpu_count} GPUs",
+                f"job {job_id}: gpu_share {units_fraction(units)} exceeds node {iv.node}'s {iv.gpu_count} GPUs",
                 field="gpu_share",
             )
         if cpu > iv.cpu_milli:
@@ -515,7 +515,7 @@ class Ledger:
             iv.pool,
             iv.gpu_model,
             iv.capacity_type,
-            Fraction(op.share_units, SHARE_UNITS),
+            units_fraction(op.share_units),
             op.cpu_milli,
             op.memory_mib,
             iv.hourly_usd,
@@ -543,24 +543,14 @@ def to_us(t: float) -> int:
 
 def _share_units(share: Fraction | float | int) -> int:
     """A GPU share in 1/7000 GPU; anything else (e.g. 1/3 GPU) is refused."""
-    if isinstance(share, float):
-        if not math.isfinite(share):
-            raise LedgerError(f"gpu_share must be finite, got {share}", field="gpu_share")
-        units_f = share * SHARE_UNITS
-        units = round(units_f)
-        if abs(units_f - units) > 1e-6:
-            raise LedgerError(
-                f"gpu_share {share} is not a whole number of 1/7000 GPU (whole GPUs, MIG k/7, milli/1000)",
-                field="gpu_share",
-            )
-    else:
-        exact = fraction_units(share)
-        if exact is None:
-            raise LedgerError(
-                f"gpu_share {share} is not a whole number of 1/7000 GPU (whole GPUs, MIG k/7, milli/1000)",
-                field="gpu_share",
-            )
-        units = exact
+    if isinstance(share, float) and not math.isfinite(share):
+        raise LedgerError(f"gpu_share must be finite, got {share}", field="gpu_share")
+    units = gpus_units(share) if isinstance(share, float) else fraction_units(share)
+    if units is None:
+        raise LedgerError(
+            f"gpu_share {share} is not a whole number of 1/7000 GPU (whole GPUs, MIG k/7, milli/1000)",
+            field="gpu_share",
+        )
     if units < 0:
         raise LedgerError(f"gpu_share must be >= 0, got {share}", field="gpu_share")
     return units

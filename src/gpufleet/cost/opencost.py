@@ -37,17 +37,18 @@ from fractions import Fraction
 from typing import Any
 
 from gpufleet.errors import InputError
+from gpufleet.k8s.vocabulary import LABEL_JOB  # in a ledger by pod: the job of each segment (store.repo.scrape)
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.node import CapacityType
+from gpufleet.model.share import units_fraction
 
 from .allocation import IDLE_KEY
-from .ledger import MIB_PER_GIB, SHARE_UNITS, Ledger, UsageSegment
+from .ledger import MIB_PER_GIB, Ledger, UsageSegment
 from .pricesplit import split_node_price
 from .report import CostReport, ReportLine
 
 CLUSTER = "gpufleet"  # the cluster name allocations carry (gpufleet meters one cluster)
 UNALLOCATED = "__unallocated__"  # OpenCost's name for a missing label value
-POD_JOB_LABEL = "gpufleet.io/job"  # in a ledger by pod: the job of each segment (store.repo.scrape)
 BYTES_PER_MIB = 1024 * 1024
 MAX_STEPS = 1000
 
@@ -107,7 +108,7 @@ def pod_hourly_usd(
         capacity_type=_capacity(capacity_type),
     )
     usd = (
-        sp.usd_per_gpu_hour * Fraction(gpu_share_units, SHARE_UNITS)
+        sp.usd_per_gpu_hour * units_fraction(gpu_share_units)
         + sp.usd_per_vcpu_hour * Fraction(cpu_milli, MILLI)
         + sp.usd_per_gib_hour * Fraction(memory_mib, MIB_PER_GIB)
     )
@@ -139,7 +140,7 @@ class Dimension:
         if self.kind == "pod":
             return "job_id"
         if self.kind == "job":
-            return f"label:{POD_JOB_LABEL}" if by_pod else "job_id"
+            return f"label:{LABEL_JOB}" if by_pod else "job_id"
         if self.kind == "label":
             return f"label:{self.label}"
         return self.kind
@@ -414,7 +415,7 @@ def _row_values(fields: Sequence[str], key: Sequence[str], by_pod: bool) -> dict
     for f, v in zip(fields, key, strict=True):
         if f == "job_id":
             out["pod" if by_pod else "job"] = v
-        elif f == f"label:{POD_JOB_LABEL}":
+        elif f == f"label:{LABEL_JOB}":
             out["job"] = v
         else:
             out[f] = v
@@ -440,7 +441,7 @@ def _segment_values(seg: UsageSegment, by_pod: bool) -> dict[str, str]:
     }
     if by_pod:
         out["pod"] = seg.job_id
-        out["job"] = seg.labels.get(POD_JOB_LABEL, "")
+        out["job"] = seg.labels.get(LABEL_JOB, "")
     else:
         out["job"] = seg.job_id
     for k, v in seg.labels.items():

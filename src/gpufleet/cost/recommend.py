@@ -65,9 +65,10 @@ from gpufleet.cost.roi import HOURS_PER_MONTH
 from gpufleet.cost.rules import PricingRules
 from gpufleet.cost.spend import job_costs_usd, spend_report
 from gpufleet.errors import CatalogError, InputError
-from gpufleet.model.gpu import GPU_MODELS, MIG_COMPUTE_SLICES, canonical_gpu_name
+from gpufleet.model.gpu import GPU_MODELS, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES
 from gpufleet.model.node import CapacityType
+from gpufleet.model.share import gpus_milli
 
 # Dense FP16/BF16 tensor TFLOPS from NVIDIA's datasheets (SXM parts where there are two); used only
 # as ratios ("does a slower GPU keep up with what the job actually used"). V100/P100: FP16 tensor/
@@ -404,14 +405,15 @@ def _share_for(util_pct: float, mem_gib: float, model: str, cfg: RecommendConfig
     gm = GPU_MODELS.get(canonical_gpu_name(model) or "")
     if gm is not None and gm.supports_mig:
         for p in sorted(gm.mig_profiles, key=lambda p: (p.compute_slices, p.memory_gib)):
-            share = p.compute_slices / MIG_COMPUTE_SLICES
+            share = p.share
             if p.memory_gib >= mem_gib * (1 + cfg.memory_headroom) and share >= need_compute and share < 1:
                 return share, f"a MIG slice {p.name}"
     if gm is not None and gm.memory_gib:
         frac = max(need_compute, mem_gib * (1 + cfg.memory_headroom) / gm.memory_gib)
         tenths = math.ceil(frac * 10 - 1e-9) / 10
         if tenths < 1:
-            return tenths, f"a {int(tenths * 1000)} milli-GPU fraction (gpu_milli={int(tenths * 1000)})"
+            milli = gpus_milli(tenths)
+            return tenths, f"a {milli} milli-GPU fraction (gpu_milli={milli})"
     return 1.0, ""
 
 

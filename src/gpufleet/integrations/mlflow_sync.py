@@ -25,8 +25,9 @@ environment: MLflow's client sends them to whatever URI it is given), so a job's
 when it is ``mlflow.tracking_uri`` itself or lies under an entry an admin listed in
 ``mlflow.job_tracking_uris`` (empty by default). URIs are compared parsed, never as strings: same
 scheme, same host, same port (the scheme's default when absent) and the entry's path as a prefix in
-whole segments (:func:`uri_allowed`); a job URI with a user name or password, a query, a fragment, a
-``.``/``..`` segment, a backslash or a space is never allowed, and an http(s) entry must name a host.
+whole segments (:mod:`gpufleet.integrations.mlflow_uris`); a job URI with a user name or password, a
+query, a fragment, a ``.``/``..`` segment, a backslash or a space is never allowed, and an http(s)
+entry must name a host.
 A job whose URI is not allowed is not logged anywhere: an ``mlflow_skipped`` event names the setting.
 
 **Whose run.** The server writes to a run only for the team that owns it: **the run's experiment
@@ -66,11 +67,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 from gpufleet.clock import Clock, WallClock
 from gpufleet.cost.spend import spend_report
 from gpufleet.errors import InputError
+from gpufleet.integrations.mlflow_uris import allowed_uri, is_file_store, redact_uri, uri_allowed, uri_key_or_none
 from gpufleet.store import repo
 from gpufleet.store.repo.jobs import TERMINAL_STATES
 
@@ -203,95 +204,6 @@ def improvement(history: Iterable[tuple[int, int, float]], direction: str) -> fl
     return -delta if direction == "min" else delta
 
 
-def redact_uri(uri: str) -> str:
-    """``uri`` without a password, token or query: fit for a log line or a job event."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return "<unparsable URI>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _is_file_store(uri: str) -> bool:
-    return uri.startswith(("file:", "/", "."))
-
-
-# -- where the server may send its credentials ----------------------------------------------------
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
-
-
-@dataclass(frozen=True, slots=True)
-class UriKey:
-    """What decides where requests to a tracking URI go: scheme, host, port (the scheme's default
-    when absent) and path (percent-decoded segments)."""
-
-    scheme: str
-    host: str
-    port: int | None
-    path: tuple[str, ...]
-
-    def covers(self, other: UriKey) -> bool:
-        """``other`` is this server, at this path or under it (whole segments)."""
-        same = (self.scheme, self.host, self.port) == (other.scheme, other.host, other.port)
-        return same and other.path[: len(self.path)] == self.path
-
-
-def uri_key(uri: str) -> UriKey:
-    """``uri`` parsed, or ValueError saying why it cannot be compared safely: a user name or
-    password, a query or fragment (which hide another host from a string comparison, or from this
-    one in another parser), a ``.``/``..`` segment, a backslash, a space, a bad port, no scheme."""
-    if not uri:
-        raise ValueError("is empty")
-    if any(c <= " " or c in "\\\x7f" or not c.isascii() for c in uri):
-        raise ValueError("holds a space, a control or non-ASCII character, or a backslash")
-    if "?" in uri or "#" in uri:
-        raise ValueError("has a query or a fragment")
-    parts = urlsplit(uri)
-    scheme = parts.scheme.lower()
-    if not _SCHEME.fullmatch(scheme):
-        raise ValueError("names no scheme (https://host, file:///path, ...)")
-    if "@" in parts.netloc:
-        raise ValueError("carries a user name or password")
-    try:
-        port = parts.port
-    except ValueError as e:
-        raise ValueError(f"has a bad port ({e})") from None
-    host = (parts.hostname or "").rstrip(".")
-    if scheme in _DEFAULT_PORTS and not host:
-        raise ValueError("names no host")
-    if scheme == "file" and host == "localhost":
-        host = ""
-    segments = tuple(seg for seg in unquote(parts.path).split("/") if seg)
-    if any(seg in (".", "..") for seg in segments):
-        raise ValueError("has a '.' or '..' path segment")
-    return UriKey(scheme, host, _DEFAULT_PORTS.get(scheme) if port is None else port, segments)
-
-
-def allowed_uri(entry: str) -> UriKey:
-    """An entry of ``mlflow.job_tracking_uris``, parsed; ValueError naming the setting if it is not
-    one a job's URI can be compared with (an http(s) entry names its host: ``https://`` alone would
-    send the server's credentials to any host)."""
-    try:
-        return uri_key(entry)
-    except ValueError as e:
-        raise ValueError(f"mlflow.job_tracking_uris: {redact_uri(entry)!r} {e}") from None
-
-
-def uri_allowed(uri: str, allowed: Iterable[UriKey]) -> bool:
-    """``uri`` is one of the ``allowed`` servers, at or under its path: compared parsed (scheme,
-    host, port, path segments), never as a string prefix, and never if ``uri`` cannot be parsed safely."""
-    try:
-        key = uri_key(uri)
-    except ValueError:
-        return False
-    return any(a.covers(key) for a in allowed)
-
-
 # -- the duty -------------------------------------------------------------------------------------
 
 
@@ -350,10 +262,8 @@ class MlflowSync:
         self.is_leader = is_leader
         self._client_factory = client_factory or self._mlflow_client
         self._allowed = [allowed_uri(u) for u in settings.job_tracking_uris]
-        try:  # a job may name the server's own tracking server (exactly: scheme, host, port, path)
-            self._own_key: UriKey | None = uri_key(settings.tracking_uri or "")
-        except ValueError:
-            self._own_key = None
+        # a job may name the server's own tracking server (exactly: scheme, host, port, path)
+        self._own_key = uri_key_or_none(settings.tracking_uri or "")
         self._clients: dict[str, Any] = {}
         self._event_id: int | None = None  # the newest job event the scans have seen
         self._retry: dict[str, _Retry] = {}
@@ -484,7 +394,7 @@ class MlflowSync:
             return None
         own = env.get(TRACKING_URI_ENV, "").strip()
         if own:
-            if self._own_key is not None and _key_or_none(own) == self._own_key:
+            if self._own_key is not None and uri_key_or_none(own) == self._own_key:
                 uri = self.settings.tracking_uri or own  # the server's own tracking server, as configured
             elif uri_allowed(own, self._allowed):
                 uri = own
@@ -644,7 +554,7 @@ class MlflowSync:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, math.ceil(st.request_timeout_s))))
         file_uris = [st.tracking_uri or "", *st.job_tracking_uris]
-        if any(u and _is_file_store(u) for u in file_uris):
+        if any(u and is_file_store(u) for u in file_uris):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
 
@@ -652,13 +562,6 @@ def _import(module: str) -> Any:
     """An MLflow module, imported on first use (mlflow is an optional extra: ImportError without it;
     typed ``Any`` so that gpufleet type-checks with or without it installed)."""
     return importlib.import_module(module)
-
-
-def _key_or_none(uri: str) -> UriKey | None:
-    try:
-        return uri_key(uri)
-    except ValueError:
-        return None
 
 
 def _names_run(labels: Any, env: Any) -> bool:

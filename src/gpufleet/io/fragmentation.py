@@ -7,8 +7,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpufleet.errors import InputError
-from gpufleet.io.traces import load_openb_nodes, load_openb_pods, openb_variant, pod_list_path, trace_name
-from gpufleet.scheduling.framework import PLACEMENT
 from gpufleet.experiments.fragmentation import (
     SEEDS,
     Cluster,
@@ -18,6 +16,8 @@ from gpufleet.experiments.fragmentation import (
     parse_published,
     run_experiment,
 )
+from gpufleet.io.traces import load_openb_nodes, load_openb_pods, openb_variant, pod_list_path, trace_name
+from gpufleet.scheduling.framework import PLACEMENT
 from gpufleet.sim.traces.openb import OpenbNodes
 
 

@@ -22,6 +22,13 @@ would give it only ``k`` replicas, so such pods should select unshared nodes.
 Idempotent: the owner's uid is the submission's idempotency key, so an owner is adopted once, and
 a replacement pod its own controller makes later is labelled with the same job. A pod gpufleet
 cannot read, or a namespace that maps to no team, is logged and left alone (never a crash).
+
+The job is submitted through the API's own path (:func:`gpufleet.services.jobs.adopt`): a project
+another team owns, or a ``block`` budget that refuses it, leaves the owner's pods waiting unadopted
+(logged; tried again at the next pass, so they are adopted once the budget lets them in). Where the
+API's rule is about telling a caller, adoption keeps its own: a workload no node could ever hold is
+adopted (its queue entry says why it waits), its pods' priority class is taken as it is (the webhook
+judges the grant at the door), and it runs as its pods say (no ``run_as``).
 """
 
 from __future__ import annotations
@@ -33,14 +40,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.cost.rules import PricingRules
 from gpufleet.errors import GpufleetError
-from gpufleet.k8s.adapter.backend import LABEL_ADOPTED, LABEL_JOB_ID
-from gpufleet.k8s.adapter.nodes import LABEL_GPU_REPLICAS, LABEL_SHARING_STRATEGY, SHARED_GPU_RESOURCE
-from gpufleet.k8s.adapter.objects import SCHEDULER_NAME
-from gpufleet.k8s.adapter.pods import ANNOTATION_JOB_ID, Gang, PodFacts, group_gangs, pod_facts
-from gpufleet.model.gpu import MILLI
-from gpufleet.model.job import PRIORITY_CLASSES
-from gpufleet.model.share import REQUESTED_REPLICAS_LABEL
+from gpufleet.k8s.adapter.pods import Gang, PodFacts, group_gangs, pod_facts
+from gpufleet.k8s.vocabulary import (
+    KEY_JOB_ID,
+    LABEL_ADOPTED_OWNER,
+    LABEL_GPU_REPLICAS,
+    LABEL_REQUESTED_REPLICAS,
+    LABEL_SHARING_STRATEGY,
+    PRIORITY_CLASS_PREFIX,
+    SCHEDULER_NAME,
+    SHARED_GPU_RESOURCE,
+)
+from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest
+from gpufleet.model.submission import Submission, submission
+from gpufleet.services import jobs as jobs_service
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 
@@ -64,10 +79,12 @@ class PodAdopter:
         *,
         team_of_namespace: Mapping[str, str] | None = None,
         now: Callable[[], float] = time.time,
+        rules: PricingRules | None = None,
     ) -> None:
         from kubernetes import client
 
         self.db = db
+        self.rules = rules  # the server's pricing rules: a block budget refuses on the figure the bill shows
         self.core: Any = client.CoreV1Api(api_client)
         self.team_of_namespace = dict(team_of_namespace or {})
         self.now = now
@@ -79,7 +96,7 @@ class PodAdopter:
         out = []
         for obj in json.loads(resp.data).get("items", []):
             meta = obj.get("metadata", {})
-            if (meta.get("annotations") or {}).get(ANNOTATION_JOB_ID) or (meta.get("labels") or {}).get(LABEL_JOB_ID):
+            if (meta.get("annotations") or {}).get(KEY_JOB_ID) or (meta.get("labels") or {}).get(KEY_JOB_ID):
                 continue  # gpufleet's own, or already adopted
             if meta.get("deletionTimestamp") or (obj.get("spec") or {}).get("nodeName"):
                 continue
@@ -117,47 +134,44 @@ class PodAdopter:
         first = gang.pods[0]
         return first.team or self.team_of_namespace.get(gang.namespace) or gang.namespace
 
-    def _fields(self, gang: Gang) -> dict[str, Any]:
+    def _submission(self, gang: Gang) -> Submission:
         first = gang.pods[0]
-        pc = (first.priority_class or "").removeprefix("gpufleet-")
-        fields: dict[str, Any] = {
-            "name": f"{gang.owner.kind.lower()}-{gang.owner.name}"[:120],
-            "command": [f"(pods of {gang.key})"],
-            "project": first.project,
-            "experiment": first.experiment,
-            "namespace": gang.namespace,
-            "labels": {
-                k: v
-                for k, v in {
-                    LABEL_ADOPTED: gang.key,
-                    "cost-center": first.cost_center,
-                    # the MLflow run the workload logs to: its cost is logged there when it ends (docs/mlflow.md)
-                    "mlflow-run-id": first.labels.get("mlflow-run-id", ""),
-                }.items()
-                if v
-            },
-            "priority_class": pc if pc in PRIORITY_CLASSES else "normal",
-            "cpu_milli": first.cpu_milli,
-            "memory_mib": first.memory_mib,
-            "budget_usd": first.cost_limit_usd,
-            "pods": gang.size,
-            "gpus": 0,
-            "gpu_milli": MILLI,
-            "mig_profile": None,
-            "gpu_types": [],
+        pc = (first.priority_class or "").removeprefix(PRIORITY_CLASS_PREFIX)
+        labels = {
+            k: v
+            for k, v in {
+                LABEL_ADOPTED_OWNER: gang.key,
+                "cost-center": first.cost_center,
+                # the MLflow run the workload logs to: its cost is logged there when it ends (docs/mlflow.md)
+                "mlflow-run-id": first.labels.get("mlflow-run-id", ""),
+            }.items()
+            if v
         }
+        gpu = GpuRequest()
         if first.mig_profile is not None:
-            fields.update(gpus=1, mig_profile=first.mig_profile)
+            gpu = GpuRequest(1, mig_profile=first.mig_profile)
         elif first.gpu_count:
             replicas = self._replicas(first)
             if replicas is None:
-                fields["gpus"] = first.gpu_count
+                gpu = GpuRequest(first.gpu_count)
             else:
-                request = first.gpu_request(replicas)
-                fields.update(gpus=request.count, gpu_milli=request.milli)
+                gpu = first.gpu_request(replicas)
                 # metered as k of the replicas of the node it lands on (gpufleet.model.share.landed_units)
-                fields["labels"][REQUESTED_REPLICAS_LABEL] = str(first.gpu_count)
-        return fields
+                labels[LABEL_REQUESTED_REPLICAS] = str(first.gpu_count)
+        return submission(
+            f"{gang.owner.kind.lower()}-{gang.owner.name}"[:120],
+            [f"(pods of {gang.key})"],
+            project=first.project,
+            experiment=first.experiment,
+            namespace=gang.namespace,
+            labels=labels,
+            priority_class=pc if pc in PRIORITY_CLASSES else "normal",
+            gpu=gpu,
+            cpu_milli=first.cpu_milli,
+            memory_mib=first.memory_mib,
+            budget_usd=first.cost_limit_usd,
+            pods=gang.size,
+        )
 
     def _replicas(self, pod: PodFacts) -> int | None:
         """How many ways the GPUs this pod asks for are shared (see the module docstring); None for
@@ -200,14 +214,14 @@ class PodAdopter:
                 )
                 stats.skipped += 1
                 return
-            row, created = repo.submit_job(
-                s, self._fields(gang), team=team, submitted_by=None, idempotency_key=key, request_sha256=None, now=now
+            row, created = jobs_service.adopt(
+                s, self._submission(gang), team=team, idempotency_key=key, now=now, rules=self.rules
             )
             job_id = row.id
         if created:
             stats.adopted += 1
             log.info("adopted %s (%d pods) as job %s of team %s", gang.key, len(gang.pods), job_id, team)
         for pod in gang.pods:
-            patch = {"metadata": {"labels": {LABEL_JOB_ID: job_id}, "annotations": {ANNOTATION_JOB_ID: job_id}}}
+            patch = {"metadata": {"labels": {KEY_JOB_ID: job_id}, "annotations": {KEY_JOB_ID: job_id}}}
             self.core.patch_namespaced_pod(pod.name, pod.namespace, patch, _preload_content=False)
             stats.labelled += 1

@@ -25,9 +25,16 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Final
 
-GROUP: Final = "gpufleet.io"
-VERSION: Final = "v1alpha1"
-API_VERSION: Final = f"{GROUP}/{VERSION}"
+from gpufleet.k8s.vocabulary import (
+    ANNOTATION_DESCRIPTION,
+    CRD_API,
+    GPUFLEET_API,
+    GPUFLEET_GROUP,
+    GPUFLEET_VERSION,
+    LABEL_APP_NAME,
+    LABEL_PART_OF,
+    MANAGER,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +50,7 @@ class CrdNames:
     @property
     def crd_name(self) -> str:
         """``<plural>.<group>``: the CRD's own ``metadata.name``."""
-        return f"{self.plural}.{GROUP}"
+        return f"{self.plural}.{GPUFLEET_GROUP}"
 
     @property
     def list_kind(self) -> str:
@@ -484,7 +491,7 @@ def _root(description: str, spec: dict[str, Any], status: dict[str, Any]) -> dic
         "type": "object",
         "description": description,
         "properties": {
-            "apiVersion": {"type": "string", "description": "gpufleet.io/v1alpha1"},
+            "apiVersion": {"type": "string", "description": GPUFLEET_API},
             "kind": {"type": "string", "description": "the kind"},
             "metadata": {"type": "object"},
             "spec": spec,
@@ -510,15 +517,15 @@ def _age() -> dict[str, Any]:
 
 def _crd(names: CrdNames, schema: dict[str, Any], columns: list[dict[str, Any]], description: str) -> dict[str, Any]:
     return {
-        "apiVersion": "apiextensions.k8s.io/v1",
+        "apiVersion": CRD_API,
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": names.crd_name,
-            "labels": {"app.kubernetes.io/name": "gpufleet", "app.kubernetes.io/part-of": "gpufleet"},
-            "annotations": {"gpufleet.io/description": description},
+            "labels": {LABEL_APP_NAME: MANAGER, LABEL_PART_OF: MANAGER},
+            "annotations": {ANNOTATION_DESCRIPTION: description},
         },
         "spec": {
-            "group": GROUP,
+            "group": GPUFLEET_GROUP,
             "names": {
                 "kind": names.kind,
                 "listKind": names.list_kind,
@@ -530,7 +537,7 @@ def _crd(names: CrdNames, schema: dict[str, Any], columns: list[dict[str, Any]],
             "scope": "Namespaced",
             "versions": [
                 {
-                    "name": VERSION,
+                    "name": GPUFLEET_VERSION,
                     "served": True,
                     "storage": True,
                     "schema": {"openAPIV3Schema": schema},

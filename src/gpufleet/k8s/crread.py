@@ -37,6 +37,7 @@ from typing import Any, Final
 from gpufleet.errors import GpufleetError, InputError
 
 from .crds import COST_BUDGET, DNS_LABEL, DNS_SUBDOMAIN, LABEL_KEY, LABEL_KEY_MAX, LABEL_VALUE, CrdNames
+from .vocabulary import GPUFLEET_API
 
 _PRINTABLE_MAX: Final = 255
 
@@ -182,8 +183,8 @@ def cr_ref(cr: Any, names: CrdNames = COST_BUDGET) -> CrRef:
         raise r.fail("metadata.generation", f"must be an integer >= 0, got {gen!r}")
     api = cr.get("apiVersion")
     kind = cr.get("kind")
-    if api is not None and api != "gpufleet.io/v1alpha1":
-        raise r.fail("apiVersion", f"must be gpufleet.io/v1alpha1, got {api!r}")
+    if api is not None and api != GPUFLEET_API:
+        raise r.fail("apiVersion", f"must be {GPUFLEET_API}, got {api!r}")
     if kind is not None and kind != names.kind:
         raise r.fail("kind", f"must be {names.kind}, got {kind!r}")
     return CrRef(names.kind, ns, name, gen)

@@ -41,10 +41,19 @@ from gpufleet.errors import InputError
 from gpufleet.wire import NAME
 
 from .crds import DNS_LABEL
+from .vocabulary import (
+    ANNOTATION_NOMINAL_GPUS,
+    ANNOTATION_NOTE,
+    CORE_API,
+    GPU_RESOURCE,
+    LABEL_MANAGED_BY,
+    LABEL_TEAM,
+    MANAGER,
+    PRIORITY_CLASS_PREFIX,
+    SCHEDULING_API,
+)
 
-GPU_RESOURCE: Final = "nvidia.com/gpu"
-MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "gpufleet"}
-TEAM_LABEL: Final = "gpufleet.io/team"
+MANAGED_BY: Final = {LABEL_MANAGED_BY: MANAGER}
 QUOTA_NAME: Final = "gpufleet-quota"
 LIMIT_RANGE_NAME: Final = "gpufleet-defaults"
 ANY_GPU: Final = "*"  # gpufleet.model.quota.ANY_GPU
@@ -69,7 +78,7 @@ def priority_class_name(priority: str) -> str:
     """The PriorityClass of a gpufleet priority class (``normal`` → ``gpufleet-normal``), as pods use it."""
     if priority not in PRIORITY_VALUES:
         raise InputError(f"unknown priority class '{priority}' (known: {', '.join(PRIORITY_VALUES)})", field="priority")
-    return f"gpufleet-{priority}"
+    return f"{PRIORITY_CLASS_PREFIX}{priority}"
 
 
 class TeamLike(Protocol):
@@ -285,7 +294,7 @@ def priority_classes() -> list[dict[str, Any]]:
     """The five ``gpufleet-<class>`` PriorityClasses, highest first."""
     return [
         {
-            "apiVersion": "scheduling.k8s.io/v1",
+            "apiVersion": SCHEDULING_API,
             "kind": "PriorityClass",
             "metadata": {"name": priority_class_name(cls), "labels": dict(MANAGED_BY)},
             "value": value,
@@ -325,8 +334,8 @@ def policies(
     out = priority_classes()
     for team in ordered:
         ns = namespaces[team.name]
-        labels = {**MANAGED_BY, TEAM_LABEL: team.name}
-        out.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}})
+        labels = {**MANAGED_BY, LABEL_TEAM: team.name}
+        out.append({"apiVersion": CORE_API, "kind": "Namespace", "metadata": {"name": ns, "labels": labels}})
         nominal, held = gpu_quota(team, ordered, gpu_models)
         hard: dict[str, str] = {f"requests.{GPU_RESOURCE}": _gpus(held * gpu_replicas)}
         cpu = getattr(team, "quota_cpu_milli", None)
@@ -338,15 +347,15 @@ def policies(
         borrow = "no cohort" if not team.cohort else f"cohort '{team.cohort}'"
         out.append(
             {
-                "apiVersion": "v1",
+                "apiVersion": CORE_API,
                 "kind": "ResourceQuota",
                 "metadata": {
                     "name": QUOTA_NAME,
                     "namespace": ns,
                     "labels": labels,
                     "annotations": {
-                        "gpufleet.io/nominal-gpus": f"{nominal:g}",
-                        "gpufleet.io/note": (
+                        ANNOTATION_NOMINAL_GPUS: f"{nominal:g}",
+                        ANNOTATION_NOTE: (
                             f"a backstop under gpufleet's admission: team '{team.name}' holds up to "
                             f"{held:g} GPUs ({nominal:g} nominal, {borrow})"
                             + (f", {gpu_replicas} {GPU_RESOURCE} per GPU (time-slicing)" if gpu_replicas > 1 else "")
@@ -363,7 +372,7 @@ def policies(
             default_limits["memory"] = d.memory_limit
         out.append(
             {
-                "apiVersion": "v1",
+                "apiVersion": CORE_API,
                 "kind": "LimitRange",
                 "metadata": {"name": LIMIT_RANGE_NAME, "namespace": ns, "labels": labels},
                 "spec": {

@@ -88,8 +88,10 @@ from gpufleet.k8s.attribution import (
     attribution_status,
 )
 from gpufleet.k8s.costbudget import budget_in_from_cr, budget_name, cr_status_from, secret_refs
-from gpufleet.k8s.crds import COST_ATTRIBUTION, COST_BUDGET, GROUP, VERSION, CrdNames
+from gpufleet.k8s.crds import COST_ATTRIBUTION, COST_BUDGET, CrdNames
 from gpufleet.k8s.crread import error_status
+from gpufleet.k8s.vocabulary import GPUFLEET_GROUP, GPUFLEET_VERSION
+from gpufleet.model.share import milli_gpus
 from gpufleet.services.budgets import budget_from_in, budget_status_out
 from gpufleet.store import repo
 from gpufleet.store.db import Database
@@ -497,8 +499,8 @@ class CrReconciler:
             self._json(
                 f"patch {target} status",
                 self.custom.patch_namespaced_custom_object_status,
-                GROUP,
-                VERSION,
+                GPUFLEET_GROUP,
+                GPUFLEET_VERSION,
                 target.namespace,
                 target.names.plural,
                 target.name,
@@ -546,7 +548,12 @@ class CrReconciler:
             if token:
                 kwargs["_continue"] = token
             page = self._json(
-                f"list {names.plural}", self.custom.list_cluster_custom_object, GROUP, VERSION, names.plural, **kwargs
+                f"list {names.plural}",
+                self.custom.list_cluster_custom_object,
+                GPUFLEET_GROUP,
+                GPUFLEET_VERSION,
+                names.plural,
+                **kwargs,
             )
             got = page.get("items")
             items.extend(got if isinstance(got, list) else [])
@@ -581,7 +588,7 @@ def active_jobs(s: Session, q: AttributionQuery) -> tuple[int, float]:
         if any(labels.get(k) is None or str(labels[k]) != v for k, v in q.filters.labels.items()):
             continue
         pods += row.pods
-        gpus += row.pods * row.gpus * row.gpu_milli / 1000.0
+        gpus += milli_gpus(row.pods * row.gpus * row.gpu_milli)
     return pods, gpus
 
 

@@ -56,26 +56,24 @@ from typing import Any, Final, Literal
 
 from gpufleet.cost.budget_model import Scope
 from gpufleet.errors import InputError
-from gpufleet.k8s.adapter.nodes import (
-    GF_GPU_REPLICAS,
-    GF_GPU_RESOURCE,
+from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
+from gpufleet.k8s.vocabulary import (
+    ADMISSION_API,
+    ANNOTATION_COST_LIMIT,
+    ANNOTATION_ESTIMATED_RUNTIME,
     GPU_RESOURCE,
+    GPUFLEET_PREFIX,
     MIG_RESOURCE_PREFIX,
+    PRIORITY_CLASS_PREFIX,
     SHARED_GPU_RESOURCE,
 )
-from gpufleet.k8s.adapter.pods import ANNOTATION_COST_LIMIT, PodFacts, pod_facts
-from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest
 from gpufleet.model.node import CapacityType, Node, SharingMode
+from gpufleet.model.share import milli_gpus
+from gpufleet.model.submission import Submission, submission
 from gpufleet.scheduling.admission import Need, Shape, infeasibility
 
-REVIEW_API_VERSION: Final = "admission.k8s.io/v1"
-ANNOTATION_ESTIMATED_RUNTIME: Final = "gpufleet.io/estimated-runtime"
-PRIORITY_CLASS_PREFIX: Final = "gpufleet-"
 DEFAULT_CLASS: Final = "normal"  # gpufleet-normal is the cluster's global default (gpufleet k8s policies)
-# node labels the Kubernetes backend stores (gpufleet.k8s.adapter.nodes.GF_GPU_*)
-NODE_GPU_RESOURCE_LABEL: Final = GF_GPU_RESOURCE
-NODE_GPU_REPLICAS_LABEL: Final = GF_GPU_REPLICAS
 WARNING_MAX: Final = 256  # the API server may truncate longer warnings
 OPERATIONS: Final = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
@@ -127,10 +125,9 @@ def parse_review(body: Any) -> ReviewRequest:
     if not isinstance(body, Mapping):
         raise ReviewError(f"expected an AdmissionReview object, got {type(body).__name__}")
     api_version = _field(body, "apiVersion", "", str, required=True)
-    if api_version != REVIEW_API_VERSION:
+    if api_version != ADMISSION_API:
         raise ReviewError(
-            f"'{api_version}' is not supported: gpufleet answers {REVIEW_API_VERSION} "
-            "(set admissionReviewVersions: [v1])",
+            f"'{api_version}' is not supported: gpufleet answers {ADMISSION_API} (set admissionReviewVersions: [v1])",
             field="apiVersion",
         )
     if _field(body, "kind", "", str, required=True) != "AdmissionReview":
@@ -283,7 +280,7 @@ def inspect(req: ReviewRequest) -> Subject:
     src = f"{kind.lower()} {namespace}/{name}"
     # the pod the workload runs: a Job's template, with the Job's own gpufleet annotations under its own
     annotations = {
-        **{k: v for k, v in _map(owner_meta.get("annotations")).items() if k.startswith("gpufleet.io/")},
+        **{k: v for k, v in _map(owner_meta.get("annotations")).items() if k.startswith(GPUFLEET_PREFIX)},
         **_map(pod_meta.get("annotations")),
     }
     pod = {
@@ -355,10 +352,6 @@ def node_kind(node: Node) -> NodeKind | None:
     """The kind of a GPU node (None for a node without GPUs)."""
     if not node.gpu_count or not node.gpu_model:
         return None
-    try:
-        replicas = max(1, int(node.labels.get(NODE_GPU_REPLICAS_LABEL, "1")))
-    except ValueError:
-        replicas = 1
     return NodeKind(
         gpu_model=node.gpu_model,
         gpu_count=node.gpu_count,
@@ -367,8 +360,8 @@ def node_kind(node: Node) -> NodeKind | None:
         memory_mib=node.memory_mib,
         sharing=node.sharing,
         spot=node.capacity_type is CapacityType.SPOT,
-        gpu_resource=node.labels.get(NODE_GPU_RESOURCE_LABEL, GPU_RESOURCE),
-        replicas=replicas,
+        gpu_resource=node.gpu_facts.resource or GPU_RESOURCE,  # None: slices only (asked by profile)
+        replicas=max(1, node.gpu_facts.replicas),
     )
 
 
@@ -408,7 +401,7 @@ class BudgetAnswer:
     over: tuple[BudgetFigures, ...] = ()
 
 
-# team, the fields of a submit (gpufleet.services.submit.prepare_submit's) → the check's answer
+# team, the fields of a submit (a Submission's, gpufleet.model.submission.Submission.fields) → the check's answer
 BudgetCheck = Callable[[str, Mapping[str, Any]], BudgetAnswer]
 
 
@@ -462,7 +455,7 @@ def cheapest_fit(pod: PodFacts, pods: int, kinds: Sequence[NodeKind]) -> Estimat
             continue
         if kind.gpu_model not in models:
             models.append(kind.gpu_model)
-        gpus = pods * req.total_milli / MILLI
+        gpus = milli_gpus(pods * req.total_milli)
         usd = gpus * kind.hourly_usd / kind.gpu_count
         if best is None or usd < best.usd_per_hour:
             best = Estimate(kind, req, gpus, usd, ())
@@ -471,30 +464,34 @@ def cheapest_fit(pod: PodFacts, pods: int, kinds: Sequence[NodeKind]) -> Estimat
     return Estimate(best.kind, best.request, best.gpus, best.usd_per_hour, tuple(sorted(models)))
 
 
-def submit_fields(w: Workload, est: Estimate | None) -> dict[str, Any]:
-    """The workload as the fields of an API submit (what the submit's budget check reads)."""
+def submission_of(w: Workload, est: Estimate | None) -> Submission:
+    """The workload as an API submit would make it (:func:`gpufleet.model.submission.submission`,
+    the builder the API and adoption use): what the submit's budget check reads."""
     req = est.request if est is not None else None
     if req is None:
         try:
             req = w.pod.gpu_request()
         except InputError:
             req = GpuRequest(w.pod.gpu_count)  # several MIG slices: priced as whole GPUs (errs high)
-    return {
-        "name": w.name,
-        "project": w.pod.project,
-        "namespace": w.namespace,
-        "experiment": w.pod.experiment,
-        "labels": dict(w.pod.labels),
-        "priority_class": gpufleet_class(w.pod.priority_class)[0],
-        "pods": w.pods,
-        "gpus": req.count,
-        "gpu_milli": req.milli,
-        "mig_profile": req.mig_profile,
-        "gpu_types": list(est.fitting_models) if est is not None else [],
-        "estimated_runtime_s": w.runtime_s,
-        "max_runtime_s": w.max_runtime_s,
-        "budget_usd": w.pod.cost_limit_usd,
-    }
+    return submission(
+        w.name,
+        project=w.pod.project,
+        namespace=w.namespace,
+        experiment=w.pod.experiment,
+        labels=w.pod.labels,
+        priority_class=gpufleet_class(w.pod.priority_class)[0],
+        pods=w.pods,
+        gpu=req,
+        gpu_types=est.fitting_models if est is not None else (),
+        estimated_runtime_s=w.runtime_s,
+        max_runtime_s=w.max_runtime_s,
+        budget_usd=w.pod.cost_limit_usd,
+    )
+
+
+def submit_fields(w: Workload, est: Estimate | None) -> dict[str, Any]:
+    """The workload as the fields of an API submit (:func:`submission_of`, as the store keeps it)."""
+    return submission_of(w, est).fields()
 
 
 # -- the verdict ------------------------------------------------------------------------------------------
@@ -654,4 +651,4 @@ def review_response(uid: str, verdict: Verdict) -> dict[str, Any]:
         response["status"] = {"code": verdict.code, "message": verdict.message, "reason": reason}
     if verdict.warnings:
         response["warnings"] = [_clip(w) for w in dict.fromkeys(verdict.warnings)]
-    return {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response}
+    return {"apiVersion": ADMISSION_API, "kind": "AdmissionReview", "response": response}

@@ -67,7 +67,9 @@ from gpufleet.k8s.review import (
     review_response,
     store_failure,
 )
+from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import JobState
+from gpufleet.model.share import milli_gpus
 from gpufleet.server.settings import Settings
 from gpufleet.services.budgets import (
     budgets_covering,
@@ -200,7 +202,9 @@ class WebhookService:
         if not rows:
             return []
         # the job's estimate as check_submission prices it
-        gpus = int(fields.get("pods") or 1) * int(fields.get("gpus", 0)) * int(fields.get("gpu_milli", 1000)) / 1000.0
+        gpus = milli_gpus(
+            int(fields.get("pods") or 1) * int(fields.get("gpus", 0)) * int(fields.get("gpu_milli", MILLI))
+        )
         price = gpu_hour_price(s, tuple(fields.get("gpu_types") or ()))
         job_cost = estimate_job_cost(
             gpus,

@@ -8,12 +8,16 @@
   spend plus the estimated rest of the scope's unfinished jobs) plus the job's estimate must stay
   within the limit; while the budget is in its grace window the job is let in, and the first
   refusal in a period starts that window instead;
+- :func:`overrun`: is a running job over its own budget (``JobSpec.budget_usd``)? Its exact cost
+  (before rounding to cents) has reached the budget: the loop stops it, and it ends CANCELLED with
+  the reason "job budget of $X reached ($Y spent)";
 - :class:`BudgetEnforcer`: the loop's :class:`~gpufleet.loop.world.BudgetPolicy` — evaluation on its
   timer, the throttles in force, jobs over their own ``budget_usd`` to stop, refusals at submit.
 
 A world supplies a :class:`BudgetBook`: the simulator's keeps alerts in memory over its ledger
-(:class:`LedgerBook`), the server's is the SQL store (``services/budgets.py``). Spend always comes
-from the one priced-spend path (:func:`gpufleet.cost.spend.scope_spend_usd`).
+(:class:`LedgerBook`, whose :meth:`~LedgerBook.job_spend` is what a job was charged), the server's
+is the SQL store (``services/budgets.py``: the store's ledger). Spend always comes from the one
+priced-spend path (:func:`gpufleet.cost.spend.scope_spend_usd`, :func:`~gpufleet.cost.spend.job_costs_usd`).
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ from gpufleet.cost.job_estimate import estimate_for, usd_per_gpu_hour
 from gpufleet.cost.ledger import Ledger
 from gpufleet.cost.periods import Period
 from gpufleet.cost.rules import PricingRules
-from gpufleet.cost.spend import scope_spend_usd
-from gpufleet.model.job import Job
+from gpufleet.cost.spend import job_costs_usd, scope_spend_usd
+from gpufleet.model.job import Job, StopKind, StopReason
 
 if TYPE_CHECKING:
     from gpufleet.loop.world import WorldLoop
@@ -50,7 +54,26 @@ class Overrun:
     """A running job whose own budget is spent: stopped like a cancel, it ends CANCELLED."""
 
     job_id: str
-    reason: str
+    budget_usd: float
+    spent_usd: float
+
+    @property
+    def reason(self) -> str:
+        """The words of the stop (the job's CANCELLED transition says them)."""
+        spent = f"{self.spent_usd:,.4f}" if self.spent_usd < 1 else f"{self.spent_usd:,.2f}"
+        return f"job budget of ${self.budget_usd:,.2f} reached (${spent} spent)"
+
+    @property
+    def stop(self) -> StopReason:
+        return StopReason(StopKind.BUDGET, self.reason)
+
+
+def overrun(job_id: str, budget_usd: float | None, spent_usd: float) -> Overrun | None:
+    """The rule, in every world: a job with its own budget whose exact cost so far has reached it
+    (not when a cent rounds up) is over it; None: it runs on."""
+    if budget_usd is None or spent_usd < budget_usd:
+        return None
+    return Overrun(job_id, budget_usd, spent_usd)
 
 
 @dataclass(slots=True)
@@ -145,24 +168,30 @@ def loop_price(loop: WorldLoop, gpu_types: Sequence[str]) -> float:
     )
 
 
+def next_tick(last: float, interval_s: float) -> float:
+    """The earliest time ``t`` at which a timer that last fired at ``last`` is due again
+    (``t - last >= interval_s``, the test every budget timer makes), so that a driver that advances to
+    it finds the timer due (``last + interval_s`` may fall an ulp short)."""
+    t = last + interval_s
+    while t - last < interval_s:
+        t = math.nextafter(t, math.inf)
+    return t
+
+
 class BudgetEnforcer:
     """The loop's budget policy over a world's :class:`BudgetBook`."""
 
-    def __init__(
-        self,
-        book: LedgerBook,
-        *,
-        interval_s: float = 10.0,
-        overruns: Callable[[float], Sequence[Overrun]] | None = None,
-    ) -> None:
+    def __init__(self, book: LedgerBook, *, interval_s: float = 10.0) -> None:
         self.book = book
         self.interval_s = interval_s
-        self.overruns = overruns  # jobs over their own budget (where jobs carry one)
         self._last = -math.inf
         self.blocked: list[dict[str, Any]] = []  # what was refused (the simulator reports it)
 
     def due(self, now: float) -> bool:
         return now - self._last >= self.interval_s
+
+    def next_due(self) -> float:
+        return next_tick(self._last, self.interval_s)
 
     def tick(self, now: float, loop: WorldLoop) -> BudgetTick:
         self._last = now
@@ -173,8 +202,7 @@ class BudgetEnforcer:
             ev = evaluate(self.book, b, now)
             if ev.enforcing and b.action == "throttle":
                 out.throttles.append(ThrottleRule(b.name, b.scope, b.throttle))
-        if self.overruns is not None:
-            out.overruns = [o for o in self.overruns(now) if o.job_id in loop.active]
+        out.overruns = job_overruns((ar.job for ar in loop.active.values()), lambda j: self.book.job_spend(j, now))
         return out
 
     def refuse(self, job: Job, now: float, loop: WorldLoop) -> str | None:
@@ -212,6 +240,20 @@ class BudgetEnforcer:
         return f"budget_exceeded: {err.message}"
 
 
+def job_overruns(running: Iterable[Job], spent_of: Callable[[Job], float]) -> list[Overrun]:
+    """The running jobs over their own budget (:func:`overrun`), by the world's spend of each one
+    that has a budget (``spent_of``: what the job was charged so far, exactly)."""
+    out = []
+    for job in running:
+        budget = job.spec.budget_usd
+        if budget is None:
+            continue
+        over = overrun(job.id, budget, spent_of(job))
+        if over is not None:
+            out.append(over)
+    return out
+
+
 class LedgerBook:
     """The simulator's book: budgets given up front, spend from an in-memory ledger, alerts kept."""
 
@@ -229,6 +271,14 @@ class LedgerBook:
         if now <= period.start:
             return 0.0
         return scope_spend_usd(self.ledger, self.rules, scope, period.start, period.end, as_of=now)
+
+    def job_spend(self, job: Job, now: float) -> float:
+        """What ``job`` was charged so far over all its runs (running ones metered to ``now``),
+        exactly: the server's :func:`gpufleet.services.budgets.job_spend` on the in-memory ledger."""
+        start = job.first_start_time if job.first_start_time is not None else job.submit_time
+        if now <= start:
+            return 0.0
+        return job_costs_usd(self.ledger, self.rules, start, now, as_of=now, exact=True).get(job.id, 0.0)
 
     def committed(
         self, scope: Scope, period: Period, now: float, unfinished: Iterable[Job], price_of: Callable[[Job], float]

@@ -181,9 +181,10 @@ class ClusterView:
         ns = self.nodes.get(name)
         return ns.node.gpu_model if ns is not None else ""
 
-    def node_labels(self, name: str) -> dict[str, str]:
+    def node_replicas(self, name: str) -> int:
+        """Replicas per GPU of the node (1: its GPUs are not time-sliced)."""
         ns = self.nodes.get(name)
-        return ns.node.labels if ns is not None else {}
+        return ns.node.gpu_facts.replicas if ns is not None else 1
 
     def cost_rate_usd_per_hour(self) -> float:
         return sum(ns.hourly_usd for ns in self.live.values())

@@ -8,7 +8,7 @@ memory of the job's request. A CPU-only job holds CPU and memory on the node it 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -37,17 +37,18 @@ def run_shares(
     placement: Sequence[PodPlacement],
     gpu_model_of: Callable[[str], str],
     fallback_node: str,
-    node_labels_of: Callable[[str], Mapping[str, str]] | None = None,
+    node_replicas_of: Callable[[str], int] | None = None,
 ) -> tuple[Share, ...]:
     """The shares a run of ``job`` placed by ``placement`` holds, one per node (in first-seen order).
-    ``node_labels_of``: a node's labels (its time-sliced replicas), for pods that ask replicas."""
+    ``node_replicas_of``: a node's replicas per GPU (:attr:`~gpufleet.model.node.GpuSharingFacts.replicas`),
+    for pods that ask replicas."""
     spec = job.spec
     per_node: dict[str, tuple[int, int, int]] = {}
     for p in placement:
         units = 0
         if p.gpus:
-            labels = node_labels_of(p.node) if node_labels_of is not None else {}
-            units = landed_units(spec.gpu, gpu_model_of(p.node), spec.labels, labels)
+            replicas = node_replicas_of(p.node) if node_replicas_of is not None else 1
+            units = landed_units(spec.gpu, gpu_model_of(p.node), spec.labels, replicas)
         u, c, m = per_node.get(p.node, (0, 0, 0))
         per_node[p.node] = (u + units, c + spec.cpu_milli, m + spec.memory_mib)
     if not per_node and fallback_node:

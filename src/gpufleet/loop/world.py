@@ -42,7 +42,7 @@ from gpufleet.loop.cluster import ClusterView
 from gpufleet.loop.metering import Share, run_shares
 from gpufleet.loop.state import RunEnd, StateStore
 from gpufleet.model.gpu import MILLI
-from gpufleet.model.job import Job, JobState
+from gpufleet.model.job import Job, JobState, StopKind, StopReason
 from gpufleet.model.node import Node
 from gpufleet.scheduling.admission import CapacityLimit, Need, infeasibility
 from gpufleet.scheduling.cycle import Scheduler
@@ -76,7 +76,7 @@ class ActiveRun:
     assignments: tuple[Assignment, ...]
     shares: tuple[Share, ...] = ()
     started_at: float | None = None
-    stopping: str | None = None  # why a stop was asked ("cancel: ...", "preempt: ...", "budget: ...")
+    stopping: StopReason | None = None  # why a stop was asked (a cancel, a preemption, its own budget)
     notice_at: float | None = None  # a spot interruption notice reached its node (it checkpointed then)
 
 
@@ -92,6 +92,10 @@ class BudgetPolicy(Protocol):
     """Budget enforcement as the loop sees it (the same rules in every world, see loop/budgets.py)."""
 
     def due(self, now: float) -> bool: ...
+
+    def next_due(self) -> float:
+        """When the timer is next due (the earliest ``now`` for which :meth:`due` is true)."""
+        ...
 
     def tick(self, now: float, loop: WorldLoop) -> BudgetTick: ...
 
@@ -137,6 +141,7 @@ class WorldLoop:
         self.cluster = ClusterView(max_gpus=max_gpus)
         self.pending: dict[str, Job] = {}
         self.active: dict[str, ActiveRun] = {}
+        self.budgeted = 0  # runs in ``active`` whose job has its own budget (the budget timer is work then)
         self.running: dict[str, RunningJob] = {}
         self.stats = LoopStats()
         self.throttles: list[ThrottleRule] = []
@@ -286,7 +291,7 @@ class WorldLoop:
                 self.scheduler.forget(job_id)
                 self.dirty = True
             elif job_id in self.active and cancel and self.active[job_id].stopping is None:
-                self.request_stop(job_id, "cancel: cancelled by request")
+                self.request_stop(job_id, StopReason(StopKind.CANCEL, "cancelled by request"))
         quotas = self.state.quotas(now)
         if quotas is not None:
             # a team with no quota rows and no cohort is unlimited (it has no Quota in the scheduler)
@@ -326,10 +331,13 @@ class WorldLoop:
             self.throttles = tick.throttles
             self.limits = capacity_limits(tick.throttles)
             self.dirty = True
-        for o in tick.overruns:
-            if o.job_id in self.active:
-                log.info("stopping %s: %s", o.job_id, o.reason)
-                self.request_stop(o.job_id, f"budget: {o.reason}")
+        # jobs over their own budget, stopped in the order the loop holds its runs (whatever order
+        # the world found them in: the same stops in the same order in every world)
+        over = {o.job_id: o for o in tick.overruns}
+        for job_id in [j for j in self.active if j in over]:
+            o = over[job_id]
+            log.info("stopping %s: %s", job_id, o.reason)
+            self.request_stop(job_id, o.stop)
 
     # -- the cycle ---------------------------------------------------------------------------------
     def cycle_gap(self) -> float:
@@ -370,7 +378,7 @@ class WorldLoop:
         decisions = self.scheduler.cycle(self.cluster_state(), now)
         self.decisions = decisions
         for p in decisions.preemptions:
-            self.request_stop(p.victim.job.id, f"preempt: {p.reason}")
+            self.request_stop(p.victim.job.id, StopReason(StopKind.PREEMPT, p.reason))
         for pl in decisions.placements:
             self._isolated(pl.job.id, "its bind", functools.partial(self._bind, pl, now))
         self._scale_up(decisions, now)
@@ -430,7 +438,7 @@ class WorldLoop:
             self.state.launch_failed(job, launch.run, str(e), now)
             self._end(job, JobState.FAILED, f"could not launch: {e}", now)
             return
-        shares = run_shares(job, placement, self.cluster.gpu_model, node_name, self.cluster.node_labels)
+        shares = run_shares(job, placement, self.cluster.gpu_model, node_name, self.cluster.node_replicas)
         self.state.run_started(job, launch.run, handle.pid, handle.started_at, shares, now)
         job.transition(JobState.RUNNING, now, f"started (run {launch.run}, pid {handle.pid})")
         self._adopt(job, launch.run, pl.assignments, shares, handle.started_at)
@@ -443,18 +451,20 @@ class WorldLoop:
         assignments: tuple[Assignment, ...],
         shares: tuple[Share, ...],
         started_at: float,
-        stopping: str | None = None,
+        stopping: StopReason | None = None,
     ) -> None:
         job.start_time = started_at
         if job.first_start_time is None:
             job.first_start_time = started_at
         self.active[job.id] = ActiveRun(job, run, assignments, shares, started_at, stopping)
+        if job.spec.budget_usd is not None:
+            self.budgeted += 1
         self.running[job.id] = RunningJob(job, assignments, self._gpu_type(assignments))
         snap = self.cluster.snapshot
         for a in assignments:
             self.cluster.hold(snap.names[a.node], job.id)
 
-    def adopt(self, job: Job, run: int, started_at: float, stopping: str | None, now: float) -> None:
+    def adopt(self, job: Job, run: int, started_at: float, stopping: StopReason | None, now: float) -> None:
         """Put a run that already exists (found by recovery) into the snapshot, the scheduler's
         usage and the running set."""
         snap = self.cluster.snapshot
@@ -463,7 +473,7 @@ class WorldLoop:
             snap.allocate(a)
         self.scheduler.account(job, assignments, snap, now, +1)
         node_name = job.placement[0].node if job.placement else next(iter(self.cluster.live), "")
-        shares = run_shares(job, job.placement, self.cluster.gpu_model, node_name, self.cluster.node_labels)
+        shares = run_shares(job, job.placement, self.cluster.gpu_model, node_name, self.cluster.node_replicas)
         self._adopt(job, run, assignments, shares, started_at, stopping)
 
     def _gpu_type(self, assignments: Sequence[Assignment]) -> str:
@@ -473,14 +483,16 @@ class WorldLoop:
         t = int(snap.gpu_type[assignments[0].node])
         return snap.gpu_types[t] if t >= 0 else ""
 
-    def request_stop(self, job_id: str, why: str) -> None:
+    def request_stop(self, job_id: str, why: StopReason) -> None:
+        """Ask the run of ``job_id`` to stop (once): the store keeps ``why`` as its text, the backend
+        is told its words."""
         ar = self.active.get(job_id)
         if ar is None or ar.stopping is not None:
             return
         ar.stopping = why
-        self.state.request_stop(job_id, ar.run, why)
+        self.state.request_stop(job_id, ar.run, why.text)
         try:
-            self.backend.stop(job_id, ar.run, why.split(": ", 1)[-1], self.config.grace_s)
+            self.backend.stop(job_id, ar.run, why.detail, self.config.grace_s)
         except StoreError:
             raise
         except Exception:  # one job that cannot be stopped must not stop the loop: asked again next time
@@ -501,29 +513,34 @@ class WorldLoop:
         # the backend's own measure of the start wins: a Kubernetes launch returns before its pods are
         # bound and their containers start (the handle's time is the launch's)
         started = ev.started_at if ev.started_at is not None else ar.started_at
-        stopping = ar.stopping or ""
+        stop = ar.stopping
+        stop_kind = stop.kind if stop is not None else None
         kind = ev.kind
         target, reason = JobState.PENDING, ""
+        retried = False  # a failed run retried: counted in job.failed_runs once requeued
         if kind is EventKind.SUCCEEDED:
             target, reason = JobState.SUCCEEDED, "exited 0"
         elif kind is EventKind.TIMED_OUT:
             target, reason = JobState.TIMED_OUT, f"ran past its max runtime of {job.spec.max_runtime_s or 0:.0f}s"
-        elif kind in (EventKind.STOPPED, EventKind.FAILED) and stopping.startswith("budget"):
-            target, reason = JobState.CANCELLED, stopping.split(": ", 1)[-1]  # stopped at its own budget
-        elif kind is EventKind.STOPPED and stopping.startswith("cancel"):
-            target, reason = JobState.CANCELLED, stopping.split(": ", 1)[-1]
-        elif kind is EventKind.FAILED and not stopping:
+        elif stop is not None and kind in (EventKind.STOPPED, EventKind.FAILED) and stop_kind is StopKind.BUDGET:
+            target, reason = JobState.CANCELLED, stop.detail  # stopped at its own budget
+        elif stop is not None and kind is EventKind.STOPPED and stop_kind is StopKind.CANCEL:
+            target, reason = JobState.CANCELLED, stop.detail
+        elif kind is EventKind.FAILED and stop is None:
             how = ev.reason or (f"killed by signal {ev.signal}" if ev.signal else f"exited with code {ev.exit_code}")
-            failures = sum(1 for e in job.events if e.reason.startswith("run failed"))
+            failures = job.failed_runs
             if failures < self.config.max_retries:
                 reason = f"run failed; retry {failures + 1}/{self.config.max_retries}"
+                retried = True
             else:
                 target = JobState.FAILED
                 reason = f"{how} (after {failures} retries)" if failures else how
         # requeued: stopped for preemption (or failed while being stopped), lost, or retried
         requeue = target is JobState.PENDING
-        preempted = requeue and kind is EventKind.STOPPED and stopping.startswith("preempt")
-        stopped_as = reason or stopping.split(": ", 1)[-1] or ev.reason or kind.value
+        preempted = requeue and kind is EventKind.STOPPED and stop_kind is StopKind.PREEMPT
+        stopped_as = reason or (stop.detail if stop is not None else "") or ev.reason or kind.value
+        if stop is not None:
+            job.stopped_by = stop
         if requeue:
             # the work since the last checkpoint is lost (the job checkpointed on a spot notice too)
             saved = job.checkpointed_progress_at(ended)
@@ -552,6 +569,8 @@ class WorldLoop:
         # in memory: free what it held
         self.scheduler.release(job, ar.assignments, self.cluster.snapshot, now)
         del self.active[job.id]
+        if job.spec.budget_usd is not None:
+            self.budgeted -= 1
         self.running.pop(job.id, None)
         snap = self.cluster.snapshot
         for a in ar.assignments:
@@ -563,6 +582,8 @@ class WorldLoop:
             job.transition(JobState.PREEMPTED, ended, stopped_as)
             job.transition(JobState.PENDING, ended, reason)
             job.restarts += 1
+            if retried:
+                job.failed_runs += 1
             if preempted:
                 job.preemptions += 1
             if spot:
@@ -619,9 +640,10 @@ class WorldLoop:
 
     # -- for drivers and publishers ----------------------------------------------------------------
     def next_due(self, now: float) -> float:
-        """When the loop next has work of its own (a cycle, the autoscaler's timer); inf: none.
-        Drivers on a simulated clock advance to the earliest of this, the backend's next event and
-        the next submission."""
+        """When the loop next has work of its own (a cycle, the autoscaler's timer, the budget timer
+        while a job with its own budget runs: it is stopped at the tick that finds its budget spent);
+        inf: none. Drivers on a simulated clock advance to the earliest of this, the backend's next
+        event and the next submission."""
         t = math.inf
         if self.pending:
             if self.dirty:
@@ -631,6 +653,8 @@ class WorldLoop:
         autoscaling = self.provisioner is not None and self.scheduler.config.autoscaler.enabled
         if autoscaling and (self.pending or self.cluster.above_min()):
             t = min(t, max(now, self.last_autoscale + self.config.autoscale_interval_s))
+        if self.budgeted and self.budgets is not None:
+            t = min(t, max(now, self.budgets.next_due()))
         return t
 
     def unfinished(self) -> Iterable[Job]:

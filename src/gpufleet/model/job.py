@@ -3,6 +3,11 @@
 ``PENDING → ADMITTED → RUNNING → SUCCEEDED | FAILED | CANCELLED | TIMED_OUT``; a running job may
 go ``PREEMPTED → PENDING`` (spot interruption, preemption, budget throttle, node failure, retry),
 keeping its checkpoint and counting restarts. Every transition is a :class:`JobEvent` with a reason.
+
+A stop the loop asks of a running job carries a :class:`StopReason` (its :class:`StopKind` and the
+words): a cancel and a spent job budget end the job CANCELLED, a preemption requeues it. The store
+keeps a stop as text (``"<kind>: <detail>"``, :attr:`StopReason.text`); the loop never reads a
+reason's words to decide.
 """
 
 from __future__ import annotations
@@ -45,6 +50,44 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.CANCELLED: frozenset(),
     JobState.TIMED_OUT: frozenset(),
 }
+
+
+class StopKind(StrEnum):
+    """Why the loop stops a running job (the first word of the stored text)."""
+
+    CANCEL = "cancel"  # someone cancelled it: it ends CANCELLED
+    PREEMPT = "preempt"  # the scheduler needs its room: requeued (from its checkpoint), a preemption
+    BUDGET = "budget"  # its own budget (``budget_usd``) is spent: it ends CANCELLED
+    # a stop stored without a kind gpufleet knows (recovered from an older store): requeued, not a preemption
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class StopReason:
+    """A stop the loop asked of a running job: what kind, and the words people read (the detail)."""
+
+    kind: StopKind
+    detail: str
+
+    @property
+    def text(self) -> str:
+        """As the store keeps it (``runs.stop_requested``): ``"<kind>: <detail>"``."""
+        if self.kind is StopKind.OTHER:
+            return self.detail
+        return f"{self.kind.value}: {self.detail}"
+
+    @classmethod
+    def parse(cls, text: str) -> StopReason:
+        """The stop a stored :attr:`text` stands for (recovery reads it back); a text without a
+        known kind is :attr:`StopKind.OTHER` with the words after its first ``": "``."""
+        head, sep, detail = text.partition(": ")
+        if not sep:
+            return cls(StopKind.OTHER, text)
+        try:
+            return cls(StopKind(head), detail)
+        except ValueError:
+            return cls(StopKind.OTHER, detail)
+
 
 # Priority classes: name → value. Higher runs first and may preempt lower.
 PRIORITY_CLASSES: dict[str, int] = {
@@ -125,6 +168,8 @@ class JobSpec:
     max_runtime_s: float | None = None
     estimated_runtime_s: float | None = None
     gang_size: int = 1  # number of pods placed all-or-nothing, each with ``gpu``
+    # the job's own budget: the loop stops it (CANCELLED) once its cost reaches this; None: no limit
+    budget_usd: float | None = None
     # Simulation only: how long the job really runs (seconds of work).
     duration_s: float | None = None
 
@@ -172,6 +217,8 @@ class Job:
     work_done_s: float = 0.0  # checkpointed progress (seconds of work that survive a restart)
     lost_work_s: float = 0.0  # work thrown away by preemptions
     on_demand_only: bool = False  # set after too many spot restarts
+    failed_runs: int = 0  # runs that failed and were retried (the loop's retry count)
+    stopped_by: StopReason | None = None  # the stop the loop last asked of a run that then ended
     priority: int = field(init=False)  # base priority value of the spec's class (fixed)
     team: str = field(init=False)  # the spec's team (hot in ordering and quotas)
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpufleet.k8s.vocabulary import GPU_RESOURCE
+from gpufleet.model.share import replicas_milli
+
 
 class CapacityType(StrEnum):
     ON_DEMAND = "on-demand"
@@ -20,6 +23,28 @@ class SharingMode(StrEnum):
     MIG = "mig"  # MIG-enabled: only MIG slices (and whole 7g slices)
 
 
+@dataclass(frozen=True, slots=True)
+class GpuSharingFacts:
+    """How a node's GPUs are handed out, as gpufleet read them (on Kubernetes: from the device
+    plugin's resources and GPU Feature Discovery's labels, :func:`gpufleet.k8s.adapter.nodes.node_info`).
+    Facts of the node, not labels: nothing here is on the cluster's Node. The defaults are an
+    unshared node whose pods ask ``nvidia.com/gpu``."""
+
+    # the extended resource a pod asks for whole GPUs or replicas with (nvidia.com/gpu, .../gpu.shared);
+    # None: the node hands out none (no GPUs, or MIG slices only: those are asked as nvidia.com/mig-<profile>)
+    resource: str | None = GPU_RESOURCE
+    replicas: int = 1  # replicas per physical GPU (> 1: time-slicing / MPS)
+    strategy: str | None = None  # time-sliced or MPS GPUs: time-slicing | mps
+    mig_strategy: str | None = None  # MIG GPUs: single | mixed
+    mig_profiles: tuple[tuple[str, int], ...] = ()  # MIG GPUs: (profile, allocatable slices), by profile
+    whole_gpus: int = 0  # MIG GPUs: the node's GPUs not in MIG mode (mixed strategy)
+
+    @property
+    def replica_milli(self) -> int:
+        """One replica in milli-GPU (1000 for an unshared GPU; rounded down: 1 of 3 = 333)."""
+        return replicas_milli(1, self.replicas)
+
+
 @dataclass(slots=True)
 class Node:
     name: str
@@ -31,7 +56,8 @@ class Node:
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     hourly_price_usd: float | None = None  # the node's own price; None = from the catalog
     sharing: SharingMode = SharingMode.SHARED
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # the node's own (on Kubernetes: the Node's)
+    gpu_facts: GpuSharingFacts = GpuSharingFacts()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +77,7 @@ class NodePool:
     provisioning_delay_s: float = 180.0
     sharing: SharingMode = SharingMode.SHARED
     labels: dict[str, str] = field(default_factory=dict)
+    gpu_facts: GpuSharingFacts = GpuSharingFacts()  # of each node
 
     def make_node(self, index: int) -> Node:
         return Node(
@@ -64,4 +91,5 @@ class NodePool:
             hourly_price_usd=self.hourly_price_usd,
             sharing=self.sharing,
             labels=dict(self.labels),
+            gpu_facts=self.gpu_facts,
         )

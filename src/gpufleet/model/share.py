@@ -1,6 +1,6 @@
 """GPU shares: the forms a share of one GPU takes on its way, and every conversion between them.
 
-A share is asked, placed, held and charged in five forms:
+A share is asked, placed, held and charged in six forms:
 
 =====================  ==========================================================================
 ``k`` of ``R``         ``k`` replicas of a GPU time-sliced (or MPS) ``R`` ways: what a Kubernetes pod
@@ -11,6 +11,7 @@ MIG profile            ``<k>g.<mem>gb``: ``k`` of the GPU's 7 compute slices (it
 share units            1/7000 GPU: what the ledger and the store meter; whole GPUs, MIG ``k/7`` and
                        milli ``m/1000`` are all whole numbers of units
 Fraction               GPU-equivalents, exact (``units / 7000``)
+float GPUs             GPU-equivalents for display, quotas, estimates and ordering (``milli / 1000``)
 =====================  ==========================================================================
 
 :class:`~gpufleet.model.job.GpuRequest` carries the placed form (count, milli, MIG profile);
@@ -18,19 +19,24 @@ Fraction               GPU-equivalents, exact (``units / 7000``)
 made (an adopted workload) asks replicas, not milli: it holds ``k/R`` of the node it lands on
 (:func:`landed_units`), whatever share it was placed as.
 
-Pure arithmetic: no I/O; the MIG geometry itself (profiles, placements) is :mod:`gpufleet.model.gpu`.
+Pure arithmetic: no I/O; the MIG geometry itself (profiles, placements) is :mod:`gpufleet.model.gpu`,
+whether profiles fit one GPU together :func:`mig_fit_problem`. Outside this module and that one no
+code divides by ``MILLI`` or names 7000 or the 7 compute slices (tests/project/test_layering.py names
+the few exceptions: the placement plugins' published scores).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MILLI, gpu_model
+from gpufleet.k8s.vocabulary import LABEL_ADOPTED_OWNER, LABEL_REQUESTED_REPLICAS
+from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, MILLI, MigProfile, gpu_model
 from gpufleet.model.job import GpuRequest
 
 SHARE_UNITS = MIG_COMPUTE_SLICES * MILLI  # 7000 share units = one GPU
@@ -96,6 +102,24 @@ def mig_slices_per_gpu(profile: str, gpu_model_name: str | None = None) -> int:
     return max(1, MIG_COMPUTE_SLICES // (mig_slices(profile) or 1))
 
 
+def mig_fit_problem(profiles: Sequence[MigProfile]) -> str | None:
+    """Why ``profiles`` do not fit on one GPU together (its 7 compute slices; their memory slices at
+    their profiles' allowed placements), or None when they do."""
+    compute = sum(p.compute_slices for p in profiles)
+    if compute > MIG_COMPUTE_SLICES:
+        return f"{compute} compute slices, the GPU has {MIG_COMPUTE_SLICES}"
+    order = sorted(profiles, key=lambda p: (-p.memory_slices, len(p.starts)))
+
+    def place(i: int, used: int) -> bool:
+        if i == len(order):
+            return True
+        return any(not (used & mask) and place(i + 1, used | mask) for mask in order[i].masks())
+
+    if not place(0, 0):
+        return f"no placement of their memory slices ({MIG_MEMORY_SLICES}, each profile at its allowed offsets)"
+    return None
+
+
 # -- time-sliced replicas (k of R) and milli --------------------------------------------------------
 
 
@@ -110,7 +134,43 @@ def milli_replicas(milli: int, replicas: int) -> int:
     return max(1, -(-milli * replicas // MILLI))
 
 
+def replicas_gpus(k: int, replicas: int) -> int:
+    """The GPUs ``k`` replicas of GPUs shared ``replicas`` ways span at least (``k/R`` rounded up: 3
+    of 2 = 2)."""
+    return -(-k // max(1, replicas))
+
+
+def advertised_gpus(advertised: int, replicas: int) -> int:
+    """The whole GPUs behind ``advertised`` replicas of GPUs shared ``replicas`` ways (rounded down:
+    a replica left over is no GPU)."""
+    return advertised // max(1, replicas)
+
+
+# -- milli and GPU-equivalents ------------------------------------------------------------------------
+
+
+def milli_gpus(milli: float) -> float:
+    """Milli-GPU as GPU-equivalents, a float (1500 → 1.5): what a job holds for display, estimates,
+    quotas and ordering. Money is metered exactly, in share units."""
+    return milli / MILLI
+
+
+def gpus_milli(gpus: float) -> int:
+    """GPU-equivalents in milli-GPU (rounded: 0.25 → 250), e.g. a quota given in GPUs."""
+    return round(gpus * MILLI)
+
+
+def whole_gpus(milli: int) -> int | None:
+    """The whole GPUs ``milli`` makes (3000 → 3); None when it is not a whole number of GPUs."""
+    return None if milli % MILLI else milli // MILLI
+
+
 # -- share units and Fraction ----------------------------------------------------------------------
+
+
+def gpu_units(count: int) -> int:
+    """Whole GPUs in share units (7000 each)."""
+    return count * SHARE_UNITS
 
 
 def milli_units(milli: int) -> int:
@@ -129,6 +189,16 @@ def fraction_units(share: Fraction | int) -> int | None:
     if SHARE_UNITS % f.denominator:
         return None
     return f.numerator * (SHARE_UNITS // f.denominator)
+
+
+def gpus_units(gpus: float) -> int | None:
+    """GPU-equivalents given as a float in share units: the whole number of units within 1e-6 of
+    it; None when there is none (e.g. 1/3 GPU) or it is not finite."""
+    if not math.isfinite(gpus):
+        return None
+    units_f = gpus * SHARE_UNITS
+    units = round(units_f)
+    return units if abs(units_f - units) <= 1e-6 else None
 
 
 # -- what a pod holds --------------------------------------------------------------------------------
@@ -152,14 +222,7 @@ def request_share(req: GpuRequest, gpu_model_name: str) -> Fraction:
     return units_fraction(request_units(req, gpu_model_name))
 
 
-# -- shares carried by labels (adopted workloads on time-sliced nodes) -------------------------------
-
-# A node whose GPUs are time-sliced: replicas per GPU (set by the Kubernetes backend's translation).
-NODE_REPLICAS_LABEL = "gpufleet.io/gpu-replicas"
-# An adopted job (its pods made by someone else; the Kubernetes backend's LABEL_ADOPTED) ...
-ADOPTED_LABEL = "gpufleet.io/adopted-owner"
-# ... whose pods each ask for this many replicas of a time-sliced GPU (set on adoption).
-REQUESTED_REPLICAS_LABEL = "gpufleet.io/requested-gpu-replicas"
+# -- shares asked as replicas (adopted workloads on time-sliced nodes) -------------------------------
 
 
 def label_count(labels: Mapping[str, Any], key: str) -> int | None:
@@ -171,20 +234,18 @@ def label_count(labels: Mapping[str, Any], key: str) -> int | None:
 def requested_replicas(job_labels: Mapping[str, Any]) -> int | None:
     """The replicas each pod of an adopted job asks for; None for any other job (a label a user
     set on an API submission is not believed: gpufleet makes those pods, and asks what it placed)."""
-    if not job_labels.get(ADOPTED_LABEL):
+    if not job_labels.get(LABEL_ADOPTED_OWNER):
         return None
-    return label_count(job_labels, REQUESTED_REPLICAS_LABEL)
+    return label_count(job_labels, LABEL_REQUESTED_REPLICAS)
 
 
-def landed_units(
-    req: GpuRequest, gpu_model_name: str, job_labels: Mapping[str, Any], node_labels: Mapping[str, Any]
-) -> int:
-    """Share units one pod of a job holds on the node it landed on. A pod of an adopted job that asks
-    ``k`` replicas holds ``k`` of that node's ``R`` (``1000 * k // R`` milli), whatever share it was
-    placed as (its selector may match nodes of several ``R``); any other pod holds
+def landed_units(req: GpuRequest, gpu_model_name: str, job_labels: Mapping[str, Any], node_replicas: int) -> int:
+    """Share units one pod of a job holds on the node it landed on, whose GPUs are shared
+    ``node_replicas`` ways (:attr:`gpufleet.model.node.GpuSharingFacts.replicas`). A pod of an adopted
+    job that asks ``k`` replicas holds ``k`` of that node's ``R`` (``1000 * k // R`` milli), whatever
+    share it was placed as (its selector may match nodes of several ``R``); any other pod holds
     :func:`request_units`."""
     k = requested_replicas(job_labels) if req.count and req.mig_profile is None else None
-    r = label_count(node_labels, NODE_REPLICAS_LABEL) if k is not None else None
-    if k is not None and r is not None and r > 1:
-        return milli_units(replicas_milli(k, r))
+    if k is not None and node_replicas > 1:
+        return milli_units(replicas_milli(k, node_replicas))
     return request_units(req, gpu_model_name)

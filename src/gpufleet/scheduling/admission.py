@@ -43,6 +43,7 @@ import numpy as np
 from gpufleet.model.gpu import MILLI, canonical_gpu_name, gpu_model
 from gpufleet.model.job import Job, JobSpec
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
+from gpufleet.model.share import milli_gpus
 from gpufleet.scheduling.framework import SUCCESS, Code, PolicyContext, Registry, Status
 from gpufleet.scheduling.snapshot import CAPACITY_CODE, SHARING_CODE, BoolArray, ClusterSnapshot, PodRequest
 
@@ -146,7 +147,7 @@ class CapacityLimit:
 
 
 def job_gpus(job: Job) -> float:
-    return job.spec.total_gpu_milli / MILLI
+    return milli_gpus(job.spec.total_gpu_milli)
 
 
 def effective_priority(job: Job, limits: Sequence[CapacityLimit]) -> int:

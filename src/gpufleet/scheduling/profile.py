@@ -26,9 +26,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.config import load_model
-from gpufleet.model.gpu import MILLI, canonical_gpu_name
+from gpufleet.model.gpu import canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES
 from gpufleet.model.quota import ANY_GPU, DEFAULT_PRIORITY_GRANT, Quota
+from gpufleet.model.share import gpus_milli
 from gpufleet.scheduling import ordering as _ordering  # noqa: F401  (registers queue sorts)
 from gpufleet.scheduling import placement as _placement  # noqa: F401  (registers placement policies)
 from gpufleet.scheduling.admission import ADMISSION_CHECKS, DEFAULT_CHECKS, build_checks
@@ -143,10 +144,9 @@ class Profile(_Strict):
             if t.quota is None and t.cohort is None:
                 continue
             nominal = {
-                (k if k == ANY_GPU else canonical_gpu_name(k) or k): round(g * MILLI)
-                for k, g in (t.quota or {}).items()
+                (k if k == ANY_GPU else canonical_gpu_name(k) or k): gpus_milli(g) for k, g in (t.quota or {}).items()
             }
-            limit = None if t.borrowing_limit is None else round(t.borrowing_limit * MILLI)
+            limit = None if t.borrowing_limit is None else gpus_milli(t.borrowing_limit)
             classes = (
                 DEFAULT_PRIORITY_GRANT
                 if t.priority_classes is None

@@ -24,9 +24,10 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.errors import SchedulingError
-from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, MILLI, canonical_gpu_name, gpu_model
+from gpufleet.model.gpu import MIG_MEMORY_SLICES, MILLI, canonical_gpu_name, gpu_model
 from gpufleet.model.job import GpuRequest, JobSpec, PodPlacement
 from gpufleet.model.node import CapacityType, Node, SharingMode
+from gpufleet.model.share import mig_milli
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -73,7 +74,7 @@ class Assignment:
 
 def _mig_free_milli(used_compute_slices: int) -> int:
     """Free milli-GPU of a MIG GPU with that many compute slices in use (of 7)."""
-    return MILLI - round(MILLI * used_compute_slices / MIG_COMPUTE_SLICES)
+    return MILLI - mig_milli(used_compute_slices)
 
 
 class ClusterSnapshot:

@@ -11,6 +11,8 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from gpufleet.model.share import milli_gpus
+
 
 @dataclass(slots=True)
 class TeamUsage:
@@ -38,7 +40,7 @@ class UsageTracker:
     def _decay_to(self, u: TeamUsage, now: float) -> None:
         if now > u.decayed_at:
             dt = now - u.decayed_at
-            held_gpus = u.total_gpu_milli / 1000.0
+            held_gpus = milli_gpus(u.total_gpu_milli)
             k = math.log(2) / self.half_life_s
             # exact integral of constant usage under exponential decay over dt
             decay = math.exp(-k * dt)

@@ -291,7 +291,12 @@ def kubernetes_world(settings: Settings, db: Database) -> tuple[Backend, Leaders
     )
     from gpufleet.k8s.adopt import PodAdopter
 
-    adopter = PodAdopter(db, api_client, team_of_namespace={ns: team for team, ns in k.namespaces.items()})
+    adopter = PodAdopter(
+        db,
+        api_client,
+        team_of_namespace={ns: team for team, ns in k.namespaces.items()},
+        rules=rules_from_setting(settings.pricing),  # its block check prices as the bill does
+    )
     periodic = [Periodic("adopt pods", k.adopt_interval_s, lambda now: adopter.adopt())]
     return backend, leadership, periodic
 

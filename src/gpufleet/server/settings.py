@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 from gpufleet.config import format_validation_error, read_yaml
 from gpufleet.cost.rules import PricingConfig, load_rules
 from gpufleet.errors import ConfigError
+from gpufleet.integrations.mlflow_uris import allowed_uri  # the sync's own parser
 from gpufleet.scheduling.profile import Profile
 from gpufleet.sdk.config import DEFAULT_PORT, home_dir
 from gpufleet.store.db import WHERE_TO_PUT_A_PASSWORD, read_url_file, url_secrets
@@ -102,8 +103,6 @@ class MlflowSettings(BaseModel):
     @field_validator("job_tracking_uris")
     @classmethod
     def _job_tracking_uris(cls, uris: list[str]) -> list[str]:
-        from gpufleet.integrations.mlflow_sync import allowed_uri  # the sync's own parser (imported late: no cycle)
-
         out = [u.strip() for u in uris]
         for u in out:
             allowed_uri(u)  # ValueError naming mlflow.job_tracking_uris and what is wrong

@@ -54,7 +54,9 @@ from gpufleet.cost.periods import DAY_S, Period, iso, last_complete_day, zone
 from gpufleet.cost.rules import PricingRules
 from gpufleet.cost.spend import job_costs_usd, scope_spend_usd
 from gpufleet.errors import InputError, PermissionDeniedError
-from gpufleet.loop.budgets import Evaluation, block_refusal, evaluate
+from gpufleet.loop.budgets import Evaluation, Overrun, block_refusal, evaluate, overrun
+from gpufleet.model.gpu import MILLI
+from gpufleet.model.share import milli_gpus
 from gpufleet.notify.channels import deliver, validate_channels
 from gpufleet.notify.outbox import DispatchStats, Outbox, Sender
 from gpufleet.store import repo, usage_repo
@@ -139,7 +141,7 @@ def gpu_hour_price(s: Session, gpu_types: Sequence[str] = ()) -> float:
 
 def job_row_gpus(row: JobRow) -> float:
     """GPU-equivalents a stored job holds (pods x count x milli / 1000)."""
-    return max(1, row.pods or 1) * row.gpus * row.gpu_milli / 1000.0
+    return milli_gpus(max(1, row.pods or 1) * row.gpus * row.gpu_milli)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,16 +298,7 @@ def budget_status_out(s: Session, row: BudgetRow, now: float, rules: PricingRule
 # -- evaluation and enforcement -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class JobOverrun:
-    job_id: str
-    budget_usd: float
-    spent_usd: float
-
-    @property
-    def reason(self) -> str:
-        spent = f"{self.spent_usd:,.4f}" if self.spent_usd < 1 else f"{self.spent_usd:,.2f}"
-        return f"job budget of ${self.budget_usd:,.2f} reached (${spent} spent)"
+JobOverrun = Overrun  # a job over its own budget: the loop's rule and words (gpufleet.loop.budgets.overrun)
 
 
 class SqlBook:
@@ -419,7 +412,7 @@ def check_submission(
     if not rows or budgets_repo.key_used(s, submitted_by, idempotency_key):
         return
     budgets_repo.lock_budgets(s, [r.id for r in rows])
-    gpus = int(fields.get("pods") or 1) * int(fields.get("gpus", 0)) * int(fields.get("gpu_milli", 1000)) / 1000.0
+    gpus = milli_gpus(int(fields.get("pods") or 1) * int(fields.get("gpus", 0)) * int(fields.get("gpu_milli", MILLI)))
     price = gpu_hour_price(s, tuple(fields.get("gpu_types") or ()))
     job_cost = estimate_job_cost(
         gpus,
@@ -527,10 +520,9 @@ class BudgetService:
         out = []
         with self.db.session(readonly=True) as s:
             for row in budgets_repo.running_jobs_with_budget(s):
-                assert row.budget_usd is not None
-                spent = job_spend(s, row, now, rules=self.rules)
-                if spent >= row.budget_usd:
-                    out.append(JobOverrun(row.id, row.budget_usd, spent))
+                over = overrun(row.id, row.budget_usd, job_spend(s, row, now, rules=self.rules))
+                if over is not None:
+                    out.append(over)
         return out
 
     def dispatch(self) -> DispatchStats:

@@ -1,15 +1,15 @@
-"""Turn a :class:`wire.JobSubmit` from a caller into the fields of a stored job.
+"""Turn a :class:`wire.JobSubmit` from a caller into a typed :class:`~gpufleet.model.submission.Submission`.
 
-Shared by every way of submitting (REST API, CLI, SDK in-process) so they validate alike. Free of
-FastAPI: errors are :class:`InputError` (naming the field, e.g. ``gpu_types[1]``) and
-:class:`PermissionDeniedError`.
+Shared by every way of submitting (REST API, CLI, SDK in-process) so they validate alike; adoption
+and the admission webhook build theirs with the same builder
+(:func:`gpufleet.model.submission.submission`). Free of FastAPI: errors are :class:`InputError`
+(naming the field, e.g. ``gpu_types[1]``) and :class:`PermissionDeniedError`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,23 +19,39 @@ from gpufleet.integrations.mlflow_sync import mlflow_labels
 from gpufleet.model.gpu import GPU_MODELS, MILLI, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
 from gpufleet.model.node import Node, NodePool
+from gpufleet.model.submission import Submission, default_name, submission
 from gpufleet.scheduling.admission import Need, infeasibility, node_shape, pool_shape
 from gpufleet.wire import JobSubmit, Role
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-_MAX_NAME = 255
+__all__ = [
+    "PreparedSubmit",
+    "check_fits",
+    "check_fits_store",
+    "default_name",
+    "prepare_submit",
+    "request_hash",
+    "resolve_team",
+    "spec_of_fields",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class PreparedSubmit:
-    """What to store: the team the job belongs to, its fields, and the hash of the request (two
-    submits with the same idempotency key must carry the same hash)."""
+    """What to store: the team the job belongs to, the typed submission, and the hash of the
+    request (two submits with the same idempotency key must carry the same hash; None: a
+    submission no caller sent as a request, e.g. an adopted workload)."""
 
     team: str
-    fields: dict[str, Any]
-    request_sha256: str
+    submission: Submission
+    request_sha256: str | None
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The submission as the stored job's columns."""
+        return self.submission.fields()
 
 
 def request_hash(body: JobSubmit) -> str:
@@ -54,13 +70,6 @@ def resolve_team(body: JobSubmit, *, caller_team: str, caller_role: Role) -> str
     if caller_role is not Role.ADMIN and team != caller_team:
         raise PermissionDeniedError(f"a {caller_role.value} of team '{caller_team}' cannot submit to team '{team}'")
     return team
-
-
-def default_name(command: list[str]) -> str:
-    """A readable default job name: the program's base name and its first arguments."""
-    prog = command[0].rstrip("/").rsplit("/", 1)[-1] or command[0]
-    text = shlex.join([prog, *command[1:]])
-    return text if len(text) <= 63 else text[:60] + "..."
 
 
 def _gpu_types(body: JobSubmit) -> list[str]:
@@ -94,7 +103,8 @@ def _mig(profile: str, types: list[str]) -> tuple[int, list[str]]:
 
 
 def prepare_submit(body: JobSubmit, *, caller_team: str, caller_role: Role) -> PreparedSubmit:
-    """Validate ``body`` for the caller and map it to store fields (:class:`JobRow` columns).
+    """Validate ``body`` for the caller and build its :class:`Submission` (stored as the job's
+    columns, :attr:`PreparedSubmit.fields`).
 
     GPU shape: ``gpus`` whole GPUs (``gpu_milli`` 1000); a fraction is one GPU with ``gpu_milli``
     < 1000; a MIG slice is one GPU with ``mig_profile`` set, ``gpu_milli`` its share and, when no
@@ -122,53 +132,40 @@ def prepare_submit(body: JobSubmit, *, caller_team: str, caller_role: Role) -> P
         raise InputError("gpu_types given for a job that asks for no GPU (set gpus)", field="gpu_types")
     if any(not part for part in body.command[:1]):
         raise InputError("the program (command[0]) is empty", field="command[0]")
-    name = body.name.strip() or default_name(body.command)
-    fields: dict[str, Any] = {
-        "name": name[:_MAX_NAME],
-        "project": body.project,
-        "namespace": body.namespace or "default",
-        "experiment": body.experiment,
-        "labels": mlflow_labels(body.labels, body.env),  # MLFLOW_RUN_ID in env → label mlflow-run-id
-        "priority_class": body.priority,
-        "command": list(body.command),
-        "env": dict(body.env),
-        "cwd": body.cwd,
-        "image": body.image,
-        "pods": body.pods,
-        "gpus": gpus,
-        "gpu_milli": milli,
-        "mig_profile": mig,
-        "gpu_types": types,
-        "min_gpu_memory_gib": body.min_gpu_memory_gib,
-        "cpu_milli": body.cpu_milli,
-        "memory_mib": body.memory_mib,
-        "preemptible": body.preemptible,
-        "checkpoint_dir": body.checkpoint_dir,
-        "checkpoint_interval_s": body.checkpoint_interval_s,
-        "max_runtime_s": body.max_runtime_s,
-        "estimated_runtime_s": body.estimated_runtime_s,
-        "budget_usd": body.budget_usd,
-    }
-    return PreparedSubmit(team, fields, request_hash(body))
-
-
-def spec_of_fields(fields: Mapping[str, Any], team: str = "default") -> JobSpec:
-    """The scheduler's :class:`JobSpec` of prepared store fields (what placement looks at)."""
-    return JobSpec(
-        name=str(fields.get("name") or "job"),
-        team=team,
-        priority_class=str(fields.get("priority_class", "normal")),
-        gpu=GpuRequest(int(fields.get("gpus", 0)), int(fields.get("gpu_milli") or MILLI), fields.get("mig_profile")),
-        gpu_types=frozenset(fields.get("gpu_types") or ()),
-        min_gpu_memory_gib=float(fields.get("min_gpu_memory_gib") or 0.0),
-        cpu_milli=int(fields.get("cpu_milli") or 0),
-        memory_mib=int(fields.get("memory_mib") or 0),
-        preemptible=bool(fields.get("preemptible", False)),
-        gang_size=int(fields.get("pods") or 1),
+    sub = submission(
+        body.name,
+        body.command,
+        project=body.project,
+        namespace=body.namespace or "default",
+        experiment=body.experiment,
+        labels=mlflow_labels(body.labels, body.env),  # MLFLOW_RUN_ID in env → label mlflow-run-id
+        priority_class=body.priority,
+        gpu=GpuRequest(gpus, milli, mig),
+        gpu_types=types,
+        min_gpu_memory_gib=body.min_gpu_memory_gib,
+        cpu_milli=body.cpu_milli,
+        memory_mib=body.memory_mib,
+        pods=body.pods,
+        preemptible=body.preemptible,
+        env=body.env,
+        cwd=body.cwd,
+        image=body.image,
+        checkpoint_dir=body.checkpoint_dir,
+        checkpoint_interval_s=body.checkpoint_interval_s,
+        max_runtime_s=body.max_runtime_s,
+        estimated_runtime_s=body.estimated_runtime_s,
+        budget_usd=body.budget_usd,
     )
+    return PreparedSubmit(team, sub, request_hash(body))
 
 
-def check_fits(fields: Mapping[str, Any], nodes: Sequence[Node], pools: Sequence[NodePool] = ()) -> None:
+def spec_of_fields(fields: Mapping[str, Any] | Submission, team: str = "default") -> JobSpec:
+    """The scheduler's :class:`JobSpec` of a submission (or of stored columns)."""
+    sub = fields if isinstance(fields, Submission) else Submission.from_fields(fields)
+    return sub.spec(team)
+
+
+def check_fits(fields: Mapping[str, Any] | Submission, nodes: Sequence[Node], pools: Sequence[NodePool] = ()) -> None:
     """Refuse (:class:`InputError`, naming the field at fault) a job that no node of ``nodes`` and no
     empty node of ``pools`` could ever hold — the rules of the cycle's ``feasibility`` admission check
     (:func:`gpufleet.scheduling.admission.submission_status`). Nothing is refused while no node and
@@ -182,7 +179,7 @@ def check_fits(fields: Mapping[str, Any], nodes: Sequence[Node], pools: Sequence
         raise InputError(f"no node could ever run this job: {reason}", field=field)
 
 
-def check_fits_store(s: Session, fields: Mapping[str, Any]) -> None:
+def check_fits_store(s: Session, fields: Mapping[str, Any] | Submission) -> None:
     """:func:`check_fits` against the nodes the store knows (read-only; removed nodes excluded).
     The submit route calls it inside its ``input_at("body")`` block, so the 422 names ``body.<field>``."""
     from gpufleet.store import repo

@@ -27,9 +27,9 @@ from gpufleet.loop.budgets import BudgetEnforcer, LedgerBook
 from gpufleet.loop.cluster import ClusterView
 from gpufleet.loop.state import MemoryState
 from gpufleet.loop.world import LoopConfig, WorldLoop
-from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job
 from gpufleet.model.node import Node, NodePool
+from gpufleet.model.share import milli_gpus
 from gpufleet.scheduling.cycle import Scheduler
 from gpufleet.sim.backend import DEFAULT_RUNTIME_S, SimBackend, SimBackendOptions
 from gpufleet.sim.results import JobRecord, Sample, SimResult
@@ -146,8 +146,9 @@ class Simulation:
     pools: Sequence[NodePool] = ()
     options: SimOptions = field(default_factory=SimOptions)
     name: str = "simulation"
-    # enforced as in production (block at submit, throttles in cycles, alerts recorded);
-    # periods are computed on the simulated clock (t = 0 is 1970-01-01 00:00 UTC, a month's start)
+    # enforced as in production (block at submit, throttles in cycles, alerts recorded; a job's own
+    # budget_usd stops it); periods are computed on the simulated clock (t = 0 is 1970-01-01 00:00
+    # UTC, a month's start)
     budgets: Sequence[Budget] = ()
 
     clock: SimClock = field(init=False)
@@ -166,7 +167,10 @@ class Simulation:
             self.pools,
             SimBackendOptions(o.seed, o.spot_hazard_per_node_hour, o.spot_notice_s, o.failure_prob),
         )
-        self.book = LedgerBook(self.budgets, self.state.ledger) if self.budgets else None
+        # a book when budgets are enforced: the trace's, or jobs' own (JobSpec.budget_usd, stopped by
+        # the loop when their cost reaches it, as the server stops them)
+        own = any(tj.spec.budget_usd is not None for tj in self.trace.jobs)
+        self.book = LedgerBook(self.budgets, self.state.ledger) if self.budgets or own else None
         self.enforcer = BudgetEnforcer(self.book, interval_s=o.budget_interval_s) if self.book is not None else None
         max_gpus = max([8, *(n.gpu_count for n in self.nodes), *(p.gpus_per_node for p in self.pools)])
         self.loop = WorldLoop(
@@ -235,7 +239,7 @@ class Simulation:
     def _sample(self, now: float) -> None:
         live = list(self.cluster.live_nodes())
         total = sum(ns.node.gpu_count for ns in live)
-        alloc = self.cluster.snapshot.allocated_milli() / MILLI
+        alloc = milli_gpus(self.cluster.snapshot.allocated_milli())
         self._samples.append(
             Sample(
                 time=now,
@@ -278,7 +282,7 @@ class Simulation:
                     name=spec.name,
                     team=spec.team,
                     project=spec.project,
-                    gpus=spec.total_gpu_milli / MILLI,
+                    gpus=milli_gpus(spec.total_gpu_milli),
                     submit=job.submit_time,
                     start=start,
                     end=end_t,

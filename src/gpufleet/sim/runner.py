@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.model.node import CapacityType, Node, NodePool
+from gpufleet.model.share import milli_gpus
 from gpufleet.scheduling.framework import WorkloadClass
 from gpufleet.scheduling.profile import Profile
 from gpufleet.sim.clusterspec import ClusterSpec, NodeGroup, PoolSpec
@@ -24,7 +25,7 @@ from gpufleet.sim.traces.base import Trace
 def default_cluster(trace: Trace) -> ClusterSpec:
     """A cluster sized for the trace: on-demand V100 nodes for the average load, and autoscaled
     spot and on-demand pools for the peaks."""
-    busy = sum(tj.spec.total_gpu_milli / 1000 * (tj.spec.duration_s or 3600) for tj in trace.jobs)
+    busy = sum(milli_gpus(tj.spec.total_gpu_milli) * (tj.spec.duration_s or 3600) for tj in trace.jobs)
     span = max(1.0, trace.jobs[-1].submit_time - trace.jobs[0].submit_time) if trace.jobs else 1.0
     avg_gpus = busy / span
     static = max(1, math.ceil(avg_gpus * 0.7 / 8))

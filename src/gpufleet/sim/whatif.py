@@ -58,6 +58,7 @@ from gpufleet.errors import CatalogError, InputError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name, gpu_model
 from gpufleet.model.job import GpuRequest, JobSpec
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
+from gpufleet.model.share import milli_gpus
 from gpufleet.scheduling.profile import Profile, load_profile
 from gpufleet.sim.engine import SimOptions, Simulation
 from gpufleet.sim.results import SimResult
@@ -533,7 +534,7 @@ def lower_bound_usd(
                 notes.append(note)
         best = cheapest[key]
         if best is not None:
-            total += sp.total_gpu_milli / MILLI * (sp.duration_s or 3600.0) / 3600.0 * best
+            total += milli_gpus(sp.total_gpu_milli) * (sp.duration_s or 3600.0) / 3600.0 * best
     return total, notes
 
 

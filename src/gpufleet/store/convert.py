@@ -13,7 +13,7 @@ from typing import Any
 from gpufleet.errors import InputError
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import GpuRequest, Job, JobSpec, JobState, PodPlacement
-from gpufleet.model.node import CapacityType, Node, SharingMode
+from gpufleet.model.node import CapacityType, GpuSharingFacts, Node, SharingMode
 from gpufleet.model.share import landed_units, mig_slices
 from gpufleet.model.share import mig_milli as _slices_milli
 from gpufleet.store.models import JobRow, NodeRow
@@ -40,10 +40,10 @@ def gpu_request_from_row(row: JobRow) -> GpuRequest:
     return GpuRequest(count=row.gpus, milli=MILLI)
 
 
-def pod_share_units(row: JobRow, gpu_model_name: str, node_labels: Mapping[str, Any] | None = None) -> int:
-    """GPU share (1/7000 GPU) one pod of the job holds on a node of ``gpu_model_name`` labelled
-    ``node_labels`` (the loop's metering rule, :func:`gpufleet.model.share.landed_units`)."""
-    return landed_units(gpu_request_from_row(row), gpu_model_name, row.labels or {}, node_labels or {})
+def pod_share_units(row: JobRow, gpu_model_name: str, node_replicas: int) -> int:
+    """GPU share (1/7000 GPU) one pod of the job holds on a node of ``gpu_model_name`` whose GPUs are
+    shared ``node_replicas`` ways (the loop's metering rule, :func:`gpufleet.model.share.landed_units`)."""
+    return landed_units(gpu_request_from_row(row), gpu_model_name, row.labels or {}, node_replicas)
 
 
 def job_spec_from_row(row: JobRow) -> JobSpec:
@@ -65,6 +65,7 @@ def job_spec_from_row(row: JobRow) -> JobSpec:
         max_runtime_s=row.max_runtime_s,
         estimated_runtime_s=row.estimated_runtime_s,
         gang_size=max(1, row.pods or 1),
+        budget_usd=row.budget_usd,
     )
 
 
@@ -113,4 +114,33 @@ def node_from_row(row: NodeRow) -> Node:
         hourly_price_usd=row.hourly_price_usd,
         sharing=SharingMode(row.sharing),
         labels={str(k): str(v) for k, v in (row.labels or {}).items()},
+        gpu_facts=gpu_facts_from_json(row.gpu_facts),
+    )
+
+
+def gpu_facts_to_json(facts: GpuSharingFacts) -> dict[str, Any] | None:
+    """A node's GPU sharing as its row keeps it (``nodes.gpu_facts``); None for the default."""
+    if facts == GpuSharingFacts():
+        return None
+    return {
+        "resource": facts.resource,
+        "replicas": facts.replicas,
+        "strategy": facts.strategy,
+        "mig_strategy": facts.mig_strategy,
+        "mig_profiles": dict(facts.mig_profiles),
+        "whole_gpus": facts.whole_gpus,
+    }
+
+
+def gpu_facts_from_json(data: Mapping[str, Any] | None) -> GpuSharingFacts:
+    """The inverse of :func:`gpu_facts_to_json` (NULL: the default)."""
+    if data is None:
+        return GpuSharingFacts()
+    return GpuSharingFacts(
+        resource=str(data["resource"]) if data.get("resource") else None,
+        replicas=max(1, int(data.get("replicas") or 1)),
+        strategy=str(data["strategy"]) if data.get("strategy") else None,
+        mig_strategy=str(data["mig_strategy"]) if data.get("mig_strategy") else None,
+        mig_profiles=tuple(sorted((str(p), int(n)) for p, n in (data.get("mig_profiles") or {}).items())),
+        whole_gpus=int(data.get("whole_gpus") or 0),
     )

@@ -182,6 +182,8 @@ class NodeRow(Base):
     sharing: Mapped[str] = mapped_column(String(16), default="shared")
     hourly_price_usd: Mapped[float] = mapped_column(Float, default=0.0)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # the node's GpuSharingFacts (store.convert); NULL: the default (unshared, nvidia.com/gpu)
+    gpu_facts: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
     state: Mapped[str] = mapped_column(String(16), default="ready")  # ready | cordoned | removed
     added_at: Mapped[float] = mapped_column(Float)
     removed_at: Mapped[float | None] = mapped_column(Float, default=None)

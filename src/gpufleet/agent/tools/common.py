@@ -90,7 +90,9 @@ def milli(j: JobOut) -> int:
 
 def job_gpus(j: JobOut) -> float:
     """GPU-equivalents a job holds: pods × GPUs × share (as the API's budget estimates count them)."""
-    return max(1, j.pods) * j.gpus * milli(j) / 1000.0
+    from gpufleet.model.share import milli_gpus
+
+    return milli_gpus(max(1, j.pods) * j.gpus * milli(j))
 
 
 def to_recommendation(r: RecommendationOut) -> Recommendation:

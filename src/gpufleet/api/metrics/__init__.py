@@ -15,8 +15,9 @@ What the request path touches: counters and a histogram observation (labelled by
 so ``/v1/jobs/{job_id}`` is one series). The scheduling cycle's duration is observed by the
 controller through :meth:`ApiMetrics.observe_cycle` when it runs in the same process
 (``Server.app()`` wires it); a standby replica or an API worker process has no cycle samples.
-Everything else is read from the store when Prometheus scrapes (:mod:`gpufleet.api.metrics.collectors`),
-so every replica answers the same.
+Everything else is read from the store when Prometheus scrapes (:mod:`gpufleet.api.metrics.collectors`;
+the families by kind in :mod:`~gpufleet.api.metrics.scheduler`, :mod:`~gpufleet.api.metrics.nodes`,
+:mod:`~gpufleet.api.metrics.cost` and :mod:`~gpufleet.api.metrics.dcgm`), so every replica answers the same.
 
 Who sees what (:mod:`gpufleet.api.metrics.audience`): both endpoints take a bearer token, optionally.
 Without one a scrape gets cluster totals (no job, team, namespace, project, pod or budget label);
@@ -40,7 +41,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gpufleet.api.auth import Principal, optional_principal
 from gpufleet.api.context import ApiContext
 from gpufleet.api.metrics.audience import ANONYMOUS, EVERYTHING, Audience, restrict
-from gpufleet.api.metrics.collectors import DcgmCollector, StoreCollector
+from gpufleet.api.metrics.collectors import StoreCollector
+from gpufleet.api.metrics.dcgm import DcgmCollector
 
 __all__ = [
     "ANONYMOUS",

@@ -20,6 +20,7 @@ from gpufleet.cost.budget_model import Budget
 from gpufleet.cost.budget_status import check_block
 from gpufleet.cost.job_estimate import estimate_job_cost
 from gpufleet.errors import NotFoundError
+from gpufleet.model.share import milli_gpus
 from gpufleet.notify.channels import masked, public_channel
 from gpufleet.services.budgets import (
     budget_from_in,
@@ -131,7 +132,7 @@ def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
     with ctx.database.session(readonly=True) as s:
         check_project(s, f["project"], prepared.team)
         price = gpu_hour_price(s, tuple(f["gpu_types"]))
-        gpus = f["pods"] * f["gpus"] * f["gpu_milli"] / 1000.0
+        gpus = milli_gpus(f["pods"] * f["gpus"] * f["gpu_milli"])
         est = estimate_job_cost(
             gpus, price, estimated_runtime_s=f["estimated_runtime_s"], max_runtime_s=f["max_runtime_s"]
         )

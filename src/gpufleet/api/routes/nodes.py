@@ -10,6 +10,7 @@ from gpufleet.api.auth import Principal
 from gpufleet.api.deps import AUTHED, Caller, Ctx
 from gpufleet.model.gpu import MILLI, gpu_model
 from gpufleet.model.job import JobState
+from gpufleet.model.share import milli_gpus
 from gpufleet.store import repo
 from gpufleet.wire import GpuAllocOut, GpuShareOut, NodeOut
 
@@ -55,7 +56,7 @@ def list_nodes(ctx: Ctx, who: Caller) -> list[NodeOut]:
             for pod in run.placement or ():
                 node = str(pod.get("node", run.node))
                 milli = int(pod.get("milli", MILLI))
-                held[node] += len(pod.get("gpus") or ()) * float(milli) / 1000.0
+                held[node] += milli_gpus(len(pod.get("gpus") or ()) * float(milli))
                 jobs[node].add(run.job_id)
                 for g in pod.get("gpus") or ():
                     mask = int(pod.get("mig_mask", 0) or 0)

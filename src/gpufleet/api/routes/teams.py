@@ -13,6 +13,7 @@ from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, Caller, Ctx
 from gpufleet.api.problems import input_at
 from gpufleet.errors import InputError, NotFoundError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
+from gpufleet.model.share import gpus_milli, milli_gpus
 from gpufleet.services import owners
 from gpufleet.store import repo
 from gpufleet.store.models import Team
@@ -33,14 +34,14 @@ def _used(s: Session, teams: list[str] | None) -> dict[str, dict[str, float]]:
     for team, node, placement in rows:
         for pod in placement:
             n = str(pod.get("node", node))
-            gpus = len(pod.get("gpus") or ()) * float(pod.get("milli", MILLI)) / MILLI
+            gpus = milli_gpus(len(pod.get("gpus") or ()) * float(pod.get("milli", MILLI)))
             if gpus:
                 used[team][models.get(n, "") or "unknown"] += gpus
     return {t: {m: round(v, 3) for m, v in per.items()} for t, per in used.items()}
 
 
 def _quotas(s: Session, teams: list[str] | None) -> dict[str, dict[str, float]]:
-    return {t: {m: milli / MILLI for m, milli in q.items()} for t, q in repo.quotas_by_team(s, teams).items()}
+    return {t: {m: milli_gpus(milli) for m, milli in q.items()} for t, q in repo.quotas_by_team(s, teams).items()}
 
 
 def _team_out(t: Team, quotas: dict[str, float], used: dict[str, float]) -> TeamOut:
@@ -48,7 +49,7 @@ def _team_out(t: Team, quotas: dict[str, float], used: dict[str, float]) -> Team
         name=t.name,
         weight=t.weight,
         cohort=t.cohort,
-        borrowing_limit_gpus=None if t.borrowing_limit_milli is None else t.borrowing_limit_milli / MILLI,
+        borrowing_limit_gpus=None if t.borrowing_limit_milli is None else milli_gpus(t.borrowing_limit_milli),
         quota_gpus=quotas,
         used_gpus=used,
         run_as=t.run_as,
@@ -94,7 +95,7 @@ def _quota_milli(quota_gpus: dict[str, float]) -> dict[str, int]:
         canon = "*" if model == "*" else canonical_gpu_name(model)
         if canon is None:
             raise InputError(f"unknown GPU model '{model}' (or '*' for any)", field=f"body.quota_gpus.{model}")
-        out[canon] = round(gpus * MILLI)
+        out[canon] = gpus_milli(gpus)
     return out
 
 
@@ -123,9 +124,7 @@ def put_team(name: TeamName, body: TeamIn, ctx: Ctx, who: Caller) -> TeamOut:
             name,
             weight=body.weight,
             cohort=body.cohort,
-            borrowing_limit_milli=None
-            if body.borrowing_limit_gpus is None
-            else round(body.borrowing_limit_gpus * MILLI),
+            borrowing_limit_milli=None if body.borrowing_limit_gpus is None else gpus_milli(body.borrowing_limit_gpus),
             quotas_milli=quotas,
             now=now,
         )

@@ -45,28 +45,19 @@ from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.k8s.adapter.api import call_json
 from gpufleet.k8s.adapter.dcgm import parse_dcgm
 from gpufleet.k8s.adapter.nodes import node_info
-from gpufleet.k8s.adapter.objects import (
-    SCHEDULER_NAME,
-    batch_job,
-    binding,
-    eviction,
-    job_name,
-    pod_scheduled_false,
-)
-from gpufleet.k8s.adapter.pods import ANNOTATION_JOB_ID, ANNOTATION_RUN, PodFacts, pod_facts
+from gpufleet.k8s.adapter.objects import batch_job, binding, eviction, job_name, pod_scheduled_false
+from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
+from gpufleet.k8s.vocabulary import KEY_JOB_ID, KEY_RUN, LABEL_ADOPTED_OWNER
 from gpufleet.model.gpu import gpu_model
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import Node, NodePool
-from gpufleet.model.share import ADOPTED_LABEL, NODE_REPLICAS_LABEL
+from gpufleet.model.share import replicas_gpus
 
 if TYPE_CHECKING:
     from gpufleet.k8s.adapter.provisioner import KarpenterProvisioner
 
 log = logging.getLogger(__name__)
 
-LABEL_JOB_ID = "gpufleet.io/job-id"
-LABEL_RUN = "gpufleet.io/run"
-LABEL_ADOPTED = ADOPTED_LABEL  # a job adopted from pods created by others (control.k8s_adopt)
 DEFAULT_IMAGE = "python:3.11-slim"
 
 
@@ -169,7 +160,7 @@ class KubernetesBackend:
         return list(self._json(self.core.list_node).get("items", []))
 
     def _pods(self) -> list[PodFacts]:
-        items = self._json(self.core.list_pod_for_all_namespaces, label_selector=LABEL_JOB_ID).get("items", [])
+        items = self._json(self.core.list_pod_for_all_namespaces, label_selector=KEY_JOB_ID).get("items", [])
         out = []
         for obj in items:
             try:
@@ -196,7 +187,7 @@ class KubernetesBackend:
             return self._handle(existing)
         if not req.placement:
             raise BackendError(f"job {req.job_id} run {req.run}: no placement")
-        if LABEL_ADOPTED in req.labels:
+        if LABEL_ADOPTED_OWNER in req.labels:
             return self._launch_adopted(req)
         from kubernetes.client.exceptions import ApiException
 
@@ -206,8 +197,8 @@ class KubernetesBackend:
         gpu = GpuRequest(len(first.gpus), first.milli) if first.gpus else GpuRequest()
         if first.gpus and first.mig_mask:  # a MIG slice: its profile, from the slice's mask on the node's model
             gpu = GpuRequest(1, first.milli, _mig_profile(node, first.mig_mask, first.milli, req.job_id))
-        replicas = int((node.labels if node else {}).get(NODE_REPLICAS_LABEL, "1") or 1)
-        resource = (node.labels if node else {}).get("gpufleet.io/gpu-resource")
+        replicas = node.gpu_facts.replicas if node else 1
+        resource = node.gpu_facts.resource if node else None
         image = req.image or self.options.default_image
         body = batch_job(
             req.job_id,
@@ -247,7 +238,7 @@ class KubernetesBackend:
         is complete (after a stop, its own controller may still be making the pods again)."""
         pods = [p for p in self._pods() if p.job_id == req.job_id]
         if not any(not p.terminal and p.deletion_timestamp is None for p in pods):
-            raise BackendError(f"job {req.job_id} ({req.labels[LABEL_ADOPTED]}) has no pod left to run")
+            raise BackendError(f"job {req.job_id} ({req.labels[LABEL_ADOPTED_OWNER]}) has no pod left to run")
         run = _Run(req.job_id, req.run, pods[0].namespace, "", tuple(p.node for p in req.placement), self.options.now())
         self._runs[(req.job_id, req.run)] = run
         self._claim(run, pods)
@@ -270,7 +261,7 @@ class KubernetesBackend:
                 self.core.patch_namespaced_pod(
                     pod.name,
                     pod.namespace,
-                    {"metadata": {"annotations": {ANNOTATION_RUN: str(r.run)}}},
+                    {"metadata": {"annotations": {KEY_RUN: str(r.run)}}},
                     _preload_content=False,
                 )
             except ApiException as e:
@@ -514,7 +505,7 @@ class KubernetesBackend:
         out: dict[str, int] = {}
         for obj in resp.get("items", []):
             meta = obj.get("metadata") or {}
-            if (meta.get("labels") or {}).get(LABEL_JOB_ID) or not (obj.get("spec") or {}).get("nodeName"):
+            if (meta.get("labels") or {}).get(KEY_JOB_ID) or not (obj.get("spec") or {}).get("nodeName"):
                 continue
             try:
                 pod = pod_facts(obj)
@@ -523,8 +514,8 @@ class KubernetesBackend:
             if pod.terminal or not pod.gpu_count or pod.node is None:
                 continue
             node = self._nodes.get(pod.node)
-            replicas = int((node.labels if node else {}).get(NODE_REPLICAS_LABEL, "1") or 1)
-            whole = 1 if pod.mig_profile else -(-pod.gpu_count // max(1, replicas))
+            replicas = node.gpu_facts.replicas if node else 1
+            whole = 1 if pod.mig_profile else replicas_gpus(pod.gpu_count, replicas)
             out[pod.node] = out.get(pod.node, 0) + whole
         return out
 
@@ -619,4 +610,4 @@ class KubernetesBackend:
         self._runs.clear()
 
 
-__all__ = ["ANNOTATION_JOB_ID", "ANNOTATION_RUN", "SCHEDULER_NAME", "KubernetesBackend", "KubernetesOptions"]
+__all__ = ["KubernetesBackend", "KubernetesOptions"]

@@ -23,8 +23,8 @@ from typing import Any
 
 from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.k8s.adapter.api import call_json
-from gpufleet.k8s.adapter.backend import LABEL_JOB_ID
 from gpufleet.k8s.adapter.pods import pod_facts
+from gpufleet.k8s.vocabulary import KEY_JOB_ID
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class PodLogs:
         items = call_json(
             f"listing the pods of job {job_id}",
             self.core.list_pod_for_all_namespaces,
-            label_selector=f"{LABEL_JOB_ID}={job_id}",
+            label_selector=f"{KEY_JOB_ID}={job_id}",
         ).get("items", [])
         return log_pods(list(items))
 

@@ -16,12 +16,12 @@ GPU count                              allocatable ``nvidia.com/gpu`` (or ``nvid
                                        counted); none allocatable: 0, though the node is priced for
                                        its ``nvidia.com/gpu.count``; for MIG see below
 time-slicing / MPS                     ``nvidia.com/gpu.replicas`` > 1 → :attr:`SharingMode.SHARED`;
-                                       one replica is ``1000 // replicas`` milli-GPU (label
-                                       ``gpufleet.io/gpu-replicas``); the device plugin advertises
+                                       one replica is ``1000 // replicas`` milli-GPU
+                                       (``Node.gpu_facts.replicas``); the device plugin advertises
                                        ``replicas × GPUs`` of ``nvidia.com/gpu`` (or of
                                        ``nvidia.com/gpu.shared`` with ``renameByDefault``)
 MIG (mixed strategy)                   allocatable ``nvidia.com/mig-<profile>`` → :attr:`SharingMode.MIG`
-                                       with those profiles (label ``gpufleet.io/mig-profiles``);
+                                       with those profiles (``Node.gpu_facts.mig_profiles``);
                                        GPU count from ``nvidia.com/gpu.count``
 MIG (single strategy)                  ``nvidia.com/mig.strategy=single``: allocatable
                                        ``nvidia.com/gpu`` counts slices of the one profile named
@@ -38,6 +38,9 @@ hourly price                           annotation ``gpufleet.io/hourly-price-usd
                                        price per GPU-hour × GPUs; else ``None`` with a note
 =====================================  ==========================================================
 
+The node's labels are the Node's own, nothing added: how its GPUs are shared (the resource pods ask,
+replicas, strategies, MIG profiles) is :class:`~gpufleet.model.node.GpuSharingFacts` (``Node.gpu_facts``).
+
 Quantities are parsed by :func:`parse_quantity`, which follows apimachinery's ``ParseQuantity``
 grammar exactly (the Python client's ``kubernetes.utils.parse_quantity`` is laxer: it takes ``NaN``,
 ``1_000`` and ``1e3Mi``; and the client is not a runtime dependency of gpufleet).
@@ -49,78 +52,90 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from typing import Any
 
 from gpufleet.cost.catalog import PriceCatalog, PriceEntry
 from gpufleet.errors import CatalogError, InputError
-from gpufleet.model.gpu import canonical_gpu_name, gpu_model
-from gpufleet.model.node import CapacityType, Node, SharingMode
-from gpufleet.model.share import (
-    MIG_PROFILE_PATTERN,
-    NODE_REPLICAS_LABEL,
-    mig_share,
-    mig_slices_per_gpu,
-    replicas_milli,
+from gpufleet.k8s.vocabulary import (
+    ANNOTATION_HOURLY_PRICE,
+    GPU_RESOURCE,
+    LABEL_AKS_AGENTPOOL,
+    LABEL_AKS_PRIORITY,
+    LABEL_CAPACITY_TYPE,
+    LABEL_EKS_CAPACITY_TYPE,
+    LABEL_EKS_NODEGROUP,
+    LABEL_GKE_NODEPOOL,
+    LABEL_GKE_PREEMPTIBLE,
+    LABEL_GKE_RESERVATION,
+    LABEL_GKE_SPOT,
+    LABEL_GPU_COUNT,
+    LABEL_GPU_MEMORY,
+    LABEL_GPU_PRODUCT,
+    LABEL_GPU_REPLICAS,
+    LABEL_INSTANCE_TYPE,
+    LABEL_INSTANCE_TYPE_BETA,
+    LABEL_KARPENTER_CAPACITY_TYPE,
+    LABEL_KARPENTER_NODEPOOL,
+    LABEL_LIFECYCLE,
+    LABEL_MIG_STRATEGY,
+    LABEL_NODE_TYPE,
+    LABEL_OS,
+    LABEL_POOL,
+    LABEL_REGION,
+    LABEL_REGION_BETA,
+    LABEL_SHARING_STRATEGY,
+    LABEL_ZONE,
+    LABEL_ZONE_BETA,
+    MIG_RESOURCE_PREFIX,
+    SHARED_GPU_RESOURCE,
+    TAINT_CA_DELETING,
+    TAINT_DEDICATED,
+    TAINT_GKE_TERMINATION,
+    TAINT_KARPENTER_DISRUPTED,
+    TAINT_KARPENTER_DISRUPTION,
+    TAINT_NTH_ASG_TERMINATION,
+    TAINT_NTH_MAINTENANCE,
+    TAINT_NTH_REBALANCE,
+    TAINT_NTH_SPOT_ITN,
+    TAINT_OUT_OF_SERVICE,
+    TAINT_SHUTDOWN,
 )
+from gpufleet.model.gpu import canonical_gpu_name, gpu_model
+from gpufleet.model.node import CapacityType, GpuSharingFacts, Node, SharingMode
+from gpufleet.model.share import MIG_PROFILE_PATTERN, advertised_gpus, mig_share, mig_slices_per_gpu
 
 log = logging.getLogger(__name__)
-
-# -- label, resource and annotation names ----------------------------------------------------------
-
-GPU_RESOURCE = "nvidia.com/gpu"
-SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"  # time-slicing/MPS with renameByDefault
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-
-LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
-LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
-LABEL_GPU_COUNT = "nvidia.com/gpu.count"
-LABEL_GPU_REPLICAS = "nvidia.com/gpu.replicas"
-LABEL_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
-LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
-LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-LABEL_REGION = "topology.kubernetes.io/region"
-LABEL_ZONE = "topology.kubernetes.io/zone"
-
-ANNOTATION_HOURLY_PRICE = "gpufleet.io/hourly-price-usd"
-
-# Labels gpufleet adds to Node.labels (never written to the cluster).
-GF_GPU_RESOURCE = "gpufleet.io/gpu-resource"  # the extended resource pods ask for
-GF_GPU_REPLICAS = NODE_REPLICAS_LABEL  # replicas per physical GPU (time-slicing / MPS)
-GF_REPLICA_MILLI = "gpufleet.io/replica-milli"  # one replica in milli-GPU (1000 // replicas)
-GF_SHARING_STRATEGY = "gpufleet.io/sharing-strategy"  # time-slicing | mps
-GF_MIG_STRATEGY = "gpufleet.io/mig-strategy"  # single | mixed
-GF_MIG_PROFILES = "gpufleet.io/mig-profiles"  # "1g.10gb:3,3g.40gb:1" (allocatable slices per profile)
-GF_WHOLE_GPUS = "gpufleet.io/whole-gpus"  # mixed MIG: GPUs not in MIG mode
-GF_INSTANCE_TYPE = "gpufleet.io/instance-type"
-GF_REGION = "gpufleet.io/region"
 
 # NoSchedule/NoExecute taints gpufleet's own pods tolerate (objects.batch_job adds the tolerations):
 # the GPU taint clouds put on GPU nodes, an operator's taint reserving nodes for gpufleet, and the
 # spot taints of AKS/GKE (gpufleet knows spot capacity and places only what may run there).
 DEFAULT_TOLERATED_TAINTS: frozenset[str] = frozenset(
-    {
-        "nvidia.com/gpu",
-        "gpufleet.io/dedicated",
-        "kubernetes.azure.com/scalesetpriority",
-        "cloud.google.com/gke-spot",
-        "cloud.google.com/gke-preemptible",
-    }
+    {GPU_RESOURCE, TAINT_DEDICATED, LABEL_AKS_PRIORITY, LABEL_GKE_SPOT, LABEL_GKE_PREEMPTIBLE}
 )
 
 # Taints that announce the node is about to go away, most specific first: key → reason.
 NOTICE_TAINTS: tuple[tuple[str, str], ...] = (
-    ("aws-node-termination-handler/spot-itn", "EC2 spot interruption notice"),
-    ("cloud.google.com/impending-node-termination", "GCE preemption / termination notice"),
-    ("aws-node-termination-handler/rebalance-recommendation", "EC2 rebalance recommendation"),
-    ("aws-node-termination-handler/scheduled-maintenance", "EC2 scheduled maintenance"),
-    ("aws-node-termination-handler/asg-lifecycle-termination", "auto scaling group is terminating the node"),
-    ("karpenter.sh/disrupted", "Karpenter is disrupting the node"),
-    ("karpenter.sh/disruption", "Karpenter is disrupting the node"),  # Karpenter < v1
-    ("ToBeDeletedByClusterAutoscaler", "cluster-autoscaler is deleting the node"),
-    ("node.cloudprovider.kubernetes.io/shutdown", "the cloud provider shut the node down"),
-    ("node.kubernetes.io/out-of-service", "the node is out of service"),
+    (TAINT_NTH_SPOT_ITN, "EC2 spot interruption notice"),
+    (TAINT_GKE_TERMINATION, "GCE preemption / termination notice"),
+    (TAINT_NTH_REBALANCE, "EC2 rebalance recommendation"),
+    (TAINT_NTH_MAINTENANCE, "EC2 scheduled maintenance"),
+    (TAINT_NTH_ASG_TERMINATION, "auto scaling group is terminating the node"),
+    (TAINT_KARPENTER_DISRUPTED, "Karpenter is disrupting the node"),
+    (TAINT_KARPENTER_DISRUPTION, "Karpenter is disrupting the node"),  # Karpenter < v1
+    (TAINT_CA_DELETING, "cluster-autoscaler is deleting the node"),
+    (TAINT_SHUTDOWN, "the cloud provider shut the node down"),
+    (TAINT_OUT_OF_SERVICE, "the node is out of service"),
+)
+# Node labels naming the capacity type (gpufleet's own first: an operator's word wins) and the pool.
+CAPACITY_TYPE_LABELS: tuple[str, ...] = (LABEL_CAPACITY_TYPE, LABEL_KARPENTER_CAPACITY_TYPE)
+POOL_LABELS: tuple[str, ...] = (
+    LABEL_POOL,
+    LABEL_KARPENTER_NODEPOOL,
+    LABEL_EKS_NODEGROUP,
+    LABEL_GKE_NODEPOOL,
+    LABEL_AKS_AGENTPOOL,
 )
 
 # -- quantities ------------------------------------------------------------------------------------
@@ -270,24 +285,14 @@ def gpu_from_product(product: str, memory_mib: float | None = None) -> str | Non
 class NodeInfo:
     """A translated node with what the Kubernetes backend needs beyond :class:`Node`."""
 
-    node: Node
+    node: Node  # its GPU sharing: node.gpu_facts
     schedulable: bool
     spot_notice: str | None  # a reason when the node is about to go away
-    gpu_resource: str | None  # the extended resource a pod asks for: nvidia.com/gpu, .../gpu.shared
-    gpu_replicas: int = 1  # replicas per physical GPU (> 1: time-slicing / MPS)
-    mig_strategy: str | None = None  # "single" | "mixed" | None
-    mig_profiles: Mapping[str, int] = field(default_factory=dict)  # profile → allocatable slices
-    whole_gpus: int = 0  # GPUs handed out whole (mixed MIG: those not in MIG mode)
     instance_type: str | None = None
     region: str | None = None
     zone: str | None = None
     price_source: str = "none"  # annotation | offering <provider/region/offering> | per-GPU ... | none
     notes: tuple[str, ...] = ()
-
-    @property
-    def replica_milli(self) -> int:
-        """One replica of a shared GPU in milli-GPU (1000 for an unshared GPU)."""
-        return replicas_milli(1, self.gpu_replicas)
 
 
 def node_from_object(obj: Mapping[str, Any], catalog: PriceCatalog | None = None) -> Node | None:
@@ -325,9 +330,9 @@ def node_info(
     annotations = _str_map(meta.get("annotations"), "metadata.annotations", src)
     status = _mapping(obj.get("status"), "status", src)
     allocatable = _mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable", src)
-    if labels.get("type") == "virtual-kubelet":
+    if labels.get(LABEL_NODE_TYPE) == "virtual-kubelet":
         return None
-    if labels.get("kubernetes.io/os", "linux") != "linux":
+    if labels.get(LABEL_OS, "linux") != "linux":
         return None
     notes: list[str] = []
 
@@ -424,7 +429,7 @@ def node_info(
             if unadvertised:
                 notes.append(f"{unadvertised} GPU(s) labelled but no {GPU_RESOURCE} allocatable: 0 usable")
         elif replicas > 1:
-            gpu_count = advertised // replicas
+            gpu_count = advertised_gpus(advertised, replicas)
             if advertised % replicas:
                 notes.append(f"{advertised} replicas is not a multiple of {replicas}: {gpu_count} GPU(s)")
         else:
@@ -436,9 +441,9 @@ def node_info(
             gpu_resource = None
 
     # -- where, what it costs
-    instance_type = labels.get(LABEL_INSTANCE_TYPE) or labels.get("beta.kubernetes.io/instance-type") or None
-    region = labels.get(LABEL_REGION) or labels.get("failure-domain.beta.kubernetes.io/region") or None
-    zone = labels.get(LABEL_ZONE) or labels.get("failure-domain.beta.kubernetes.io/zone") or None
+    instance_type = labels.get(LABEL_INSTANCE_TYPE) or labels.get(LABEL_INSTANCE_TYPE_BETA) or None
+    region = labels.get(LABEL_REGION) or labels.get(LABEL_REGION_BETA) or None
+    zone = labels.get(LABEL_ZONE) or labels.get(LABEL_ZONE_BETA) or None
     provider = _provider(obj)
     capacity_type = _capacity_type(labels, notes)
     offering = _offering(catalog, instance_type, region) if catalog is not None and instance_type else None
@@ -459,25 +464,19 @@ def node_info(
         notes,
     )
 
-    node_labels = dict(labels)
-    if gpu_resource:
-        node_labels[GF_GPU_RESOURCE] = gpu_resource
-    if sharing is SharingMode.SHARED:
-        node_labels[GF_GPU_REPLICAS] = str(replicas)
-        node_labels[GF_REPLICA_MILLI] = str(replicas_milli(1, replicas))
-        node_labels[GF_SHARING_STRATEGY] = labels.get(LABEL_SHARING_STRATEGY) or "time-slicing"
-    if sharing is SharingMode.MIG and mig_strategy:
-        node_labels[GF_MIG_STRATEGY] = mig_strategy
-        node_labels[GF_MIG_PROFILES] = ",".join(f"{p}:{n}" for p, n in sorted(mig_profiles.items()))
-        if whole:
-            node_labels[GF_WHOLE_GPUS] = str(whole)
+    is_shared, is_mig = sharing is SharingMode.SHARED, sharing is SharingMode.MIG and mig_strategy is not None
+    facts = GpuSharingFacts(
+        resource=gpu_resource,
+        replicas=replicas if is_shared else 1,
+        strategy=(labels.get(LABEL_SHARING_STRATEGY) or "time-slicing") if is_shared else None,
+        mig_strategy=mig_strategy if is_mig else None,
+        mig_profiles=tuple(sorted(mig_profiles.items())) if is_mig else (),
+        whole_gpus=whole if is_mig else 0,
+    )
+    if is_mig:
         for p in mig_profiles:
             if model_name and gpu_model(model_name).mig_profile(p) is None:
                 notes.append(f"MIG profile {p} is not one gpufleet knows for {model_name}")
-    if instance_type:
-        node_labels[GF_INSTANCE_TYPE] = instance_type
-    if region:
-        node_labels[GF_REGION] = region
 
     node = Node(
         name=name,
@@ -489,17 +488,13 @@ def node_info(
         capacity_type=capacity_type,
         hourly_price_usd=price,
         sharing=sharing,
-        labels=node_labels,
+        labels=dict(labels),
+        gpu_facts=facts,
     )
     return NodeInfo(
         node=node,
         schedulable=node_schedulable(obj, tolerated),
         spot_notice=spot_notice(obj),
-        gpu_resource=gpu_resource,
-        gpu_replicas=replicas if sharing is SharingMode.SHARED else 1,
-        mig_strategy=mig_strategy if sharing is SharingMode.MIG else None,
-        mig_profiles=dict(sorted(mig_profiles.items())),
-        whole_gpus=whole,
         instance_type=instance_type,
         region=region,
         zone=zone,
@@ -563,7 +558,7 @@ def _str_map(value: Any, fld: str, source: str) -> dict[str, str]:
 
 
 def _capacity_type(labels: Mapping[str, str], notes: list[str]) -> CapacityType:
-    for key in ("gpufleet.io/capacity-type", "karpenter.sh/capacity-type"):
+    for key in CAPACITY_TYPE_LABELS:
         raw = labels.get(key)
         if raw:
             try:
@@ -571,32 +566,26 @@ def _capacity_type(labels: Mapping[str, str], notes: list[str]) -> CapacityType:
             except ValueError:
                 notes.append(f"unknown capacity type {key}={raw!r}: taken as on-demand")
                 return CapacityType.ON_DEMAND
-    eks = labels.get("eks.amazonaws.com/capacityType")
+    eks = labels.get(LABEL_EKS_CAPACITY_TYPE)
     if eks:
         if eks.upper() == "SPOT":
             return CapacityType.SPOT
         if eks.upper() == "CAPACITY_BLOCK":
             return CapacityType.RESERVED
         return CapacityType.ON_DEMAND
-    if labels.get("cloud.google.com/gke-spot") == "true" or labels.get("cloud.google.com/gke-preemptible") == "true":
+    if labels.get(LABEL_GKE_SPOT) == "true" or labels.get(LABEL_GKE_PREEMPTIBLE) == "true":
         return CapacityType.SPOT
-    if labels.get("cloud.google.com/reservation-name"):
+    if labels.get(LABEL_GKE_RESERVATION):
         return CapacityType.RESERVED
-    if labels.get("kubernetes.azure.com/scalesetpriority", "").lower() == "spot":
+    if labels.get(LABEL_AKS_PRIORITY, "").lower() == "spot":
         return CapacityType.SPOT
-    if labels.get("node.kubernetes.io/lifecycle", "").lower() in ("spot", "preemptible"):
+    if labels.get(LABEL_LIFECYCLE, "").lower() in ("spot", "preemptible"):
         return CapacityType.SPOT
     return CapacityType.ON_DEMAND
 
 
 def _pool(labels: Mapping[str, str]) -> str:
-    for key in (
-        "gpufleet.io/pool",
-        "karpenter.sh/nodepool",
-        "eks.amazonaws.com/nodegroup",
-        "cloud.google.com/gke-nodepool",
-        "kubernetes.azure.com/agentpool",
-    ):
+    for key in POOL_LABELS:
         if labels.get(key):
             return labels[key]
     return "default"

@@ -23,43 +23,47 @@ from typing import Any, TypedDict
 from gpufleet.errors import InputError
 from gpufleet.k8s.adapter.nodes import (
     DEFAULT_TOLERATED_TAINTS,
-    GPU_RESOURCE,
-    MIG_RESOURCE_PREFIX,
     gpu_from_product,
     quantity_count,
     quantity_mib,
     quantity_milli,
 )
-from gpufleet.k8s.adapter.pods import (
+from gpufleet.k8s.vocabulary import (
+    ANNOTATION_CHECKPOINT_DIR,
     ANNOTATION_COST_LIMIT,
     ANNOTATION_GANG_SIZE,
-    ANNOTATION_JOB_ID,
-    ANNOTATION_RUN,
+    AWS_GPU_COUNT,
+    AWS_GPU_MEMORY,
+    AWS_GPU_NAME,
+    AZURE_GPU_COUNT,
+    AZURE_GPU_NAME,
+    BATCH_API,
+    CORE_API,
+    GPU_RESOURCE,
+    KARPENTER_API,
+    KEY_JOB_ID,
+    KEY_RUN,
+    LABEL_GKE_ACCELERATOR,
+    LABEL_GPU_PRODUCT,
+    LABEL_INSTANCE_TYPE,
+    LABEL_KARPENTER_CAPACITY_TYPE,
+    LABEL_KARPENTER_NODEPOOL,
+    LABEL_MANAGED_BY,
+    LABEL_ZONE,
+    MANAGER,
+    MIG_RESOURCE_PREFIX,
+    POLICY_API,
+    PRIORITY_CLASS_PREFIX,
+    SCHEDULER_NAME,
 )
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest
 from gpufleet.model.share import milli_replicas
 
-SCHEDULER_NAME = "gpufleet"
 CONTAINER_NAME = "main"
 CHECKPOINT_VOLUME = "gpufleet-checkpoint"
-ANNOTATION_CHECKPOINT_DIR = "gpufleet.io/checkpoint-dir"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-PRIORITY_CLASS_PREFIX = "gpufleet-"  # gpufleet's priority classes as rendered by `gpufleet k8s policies`
-
-KARPENTER_API = "karpenter.sh/v1"
-KEY_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-KEY_CAPACITY_TYPE = "karpenter.sh/capacity-type"
-KEY_NODEPOOL = "karpenter.sh/nodepool"
-KEY_ZONE = "topology.kubernetes.io/zone"
 # NodePool requirement keys naming the GPU model (AWS, Azure, GKE providers; GFD's own label).
-GPU_NAME_KEYS = (
-    "karpenter.k8s.aws/instance-gpu-name",
-    "karpenter.azure.com/sku-gpu-name",
-    "cloud.google.com/gke-accelerator",
-    "nvidia.com/gpu.product",
-)
-GPU_COUNT_KEYS = ("karpenter.k8s.aws/instance-gpu-count", "karpenter.azure.com/sku-gpu-count")
-GPU_MEMORY_KEY = "karpenter.k8s.aws/instance-gpu-memory"  # MiB
+GPU_NAME_KEYS = (AWS_GPU_NAME, AZURE_GPU_NAME, LABEL_GKE_ACCELERATOR, LABEL_GPU_PRODUCT)
+GPU_COUNT_KEYS = (AWS_GPU_COUNT, AZURE_GPU_COUNT)
 # Karpenter's default when a NodePool says nothing of capacity type; reserved capacity is offered
 # only where a NodePool asks for it by name.
 DEFAULT_CAPACITY_TYPES = ("on-demand",)
@@ -235,11 +239,11 @@ def batch_job(
     for k, v in (("team", team), ("project", project), ("experiment-id", experiment), ("cost-center", cost_center)):
         if v:
             all_labels[k] = label_value(v)
-    all_labels[LABEL_MANAGED_BY] = "gpufleet"
-    all_labels[ANNOTATION_JOB_ID] = label_value(job_id)
-    all_labels[ANNOTATION_RUN] = str(run)
+    all_labels[LABEL_MANAGED_BY] = MANAGER
+    all_labels[KEY_JOB_ID] = label_value(job_id)
+    all_labels[KEY_RUN] = str(run)
 
-    annotations = {ANNOTATION_JOB_ID: job_id, ANNOTATION_RUN: str(run)}
+    annotations = {KEY_JOB_ID: job_id, KEY_RUN: str(run)}
     if cost_limit_usd is not None:
         annotations[ANNOTATION_COST_LIMIT] = _dollars(cost_limit_usd)
     if checkpoint_dir:
@@ -326,7 +330,7 @@ def batch_job(
     if ttl_after_finished_s is not None:
         job_spec["ttlSecondsAfterFinished"] = ttl_after_finished_s
     return {
-        "apiVersion": "batch/v1",
+        "apiVersion": BATCH_API,
         "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "labels": all_labels, "annotations": annotations},
         "spec": job_spec,
@@ -343,10 +347,10 @@ def _dollars(value: float) -> str:
 def binding(namespace: str, pod: str, node: str) -> dict[str, Any]:
     """The ``v1`` Binding placing ``namespace/pod`` on ``node`` (POST pods/{pod}/binding)."""
     return {
-        "apiVersion": "v1",
+        "apiVersion": CORE_API,
         "kind": "Binding",
         "metadata": {"name": pod, "namespace": namespace},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        "target": {"apiVersion": CORE_API, "kind": "Node", "name": node},
     }
 
 
@@ -354,7 +358,7 @@ def eviction(namespace: str, pod: str, grace_s: float | None = None) -> dict[str
     """The ``policy/v1`` Eviction of ``namespace/pod`` (POST pods/{pod}/eviction), with
     ``deleteOptions.gracePeriodSeconds`` when ``grace_s`` is given (None: the pod's own)."""
     body: dict[str, Any] = {
-        "apiVersion": "policy/v1",
+        "apiVersion": POLICY_API,
         "kind": "Eviction",
         "metadata": {"name": pod, "namespace": namespace},
     }
@@ -417,10 +421,14 @@ def node_claim(
         raise InputError("missing", source=src, field="spec.template.spec.nodeClassRef")
 
     reqs: list[dict[str, Any]] = [dict(r) for r in tspec.get("requirements") or []]
-    for key, choice in ((KEY_INSTANCE_TYPE, instance_type), (KEY_CAPACITY_TYPE, capacity_type), (KEY_ZONE, zone)):
+    for key, choice in (
+        (LABEL_INSTANCE_TYPE, instance_type),
+        (LABEL_KARPENTER_CAPACITY_TYPE, capacity_type),
+        (LABEL_ZONE, zone),
+    ):
         if choice is None:
             continue
-        if key == KEY_CAPACITY_TYPE:
+        if key == LABEL_KARPENTER_CAPACITY_TYPE:
             caps = _capacity_types(reqs)
             ok, shown = choice in caps, ", ".join(caps) or "none"
         else:
@@ -436,8 +444,8 @@ def node_claim(
             )
         reqs = [r for r in reqs if r.get("key") != key]
         reqs.append({"key": key, "operator": "In", "values": [choice]})
-    if not any(r.get("key") == KEY_NODEPOOL for r in reqs):
-        reqs.append({"key": KEY_NODEPOOL, "operator": "In", "values": [pool_name]})
+    if not any(r.get("key") == LABEL_KARPENTER_NODEPOOL for r in reqs):
+        reqs.append({"key": LABEL_KARPENTER_NODEPOOL, "operator": "In", "values": [pool_name]})
 
     spec: dict[str, Any] = {"nodeClassRef": dict(node_class), "requirements": reqs}
     for fld in ("taints", "startupTaints"):
@@ -449,7 +457,7 @@ def node_claim(
     if requests:
         spec["resources"] = {"requests": {k: str(v) for k, v in requests.items()}}
 
-    claim_labels = {**(tmeta.get("labels") or {}), **(labels or {}), KEY_NODEPOOL: pool_name}
+    claim_labels = {**(tmeta.get("labels") or {}), **(labels or {}), LABEL_KARPENTER_NODEPOOL: pool_name}
     claim_annotations = {**(tmeta.get("annotations") or {}), **(annotations or {})}
     metadata: dict[str, Any] = {"labels": claim_labels}
     if claim_annotations:
@@ -504,9 +512,9 @@ def _allowed(reqs: Sequence[Mapping[str, Any]], key: str) -> _Allowed:
 def _capacity_types(reqs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Capacity types a pool allows: Karpenter's default (on-demand) when it says nothing; NotIn
     and Exists range over on-demand and spot (reserved only where asked for by name)."""
-    if not any(r.get("key") == KEY_CAPACITY_TYPE for r in reqs):
+    if not any(r.get("key") == LABEL_KARPENTER_CAPACITY_TYPE for r in reqs):
         return list(DEFAULT_CAPACITY_TYPES)
-    allowed = _allowed(reqs, KEY_CAPACITY_TYPE)
+    allowed = _allowed(reqs, LABEL_KARPENTER_CAPACITY_TYPE)
     listed = allowed.listed()
     if listed is not None:
         return listed
@@ -556,11 +564,11 @@ def nodepool_offer(pool: Mapping[str, Any]) -> NodePoolOffer:
     reqs: list[Mapping[str, Any]] = list(tspec.get("requirements") or [])
 
     caps = _capacity_types(reqs)
-    instance = _allowed(reqs, KEY_INSTANCE_TYPE)
-    zones = _allowed(reqs, KEY_ZONE).listed()
+    instance = _allowed(reqs, LABEL_INSTANCE_TYPE)
+    zones = _allowed(reqs, LABEL_ZONE).listed()
 
     memory = None
-    mem_values = _allowed(reqs, GPU_MEMORY_KEY).listed()
+    mem_values = _allowed(reqs, AWS_GPU_MEMORY).listed()
     if mem_values and len(mem_values) == 1 and mem_values[0].isdigit():
         memory = float(mem_values[0])
     gpu_models: list[str] | None = None

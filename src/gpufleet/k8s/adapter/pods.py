@@ -26,27 +26,29 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.errors import InputError
-from gpufleet.k8s.adapter.nodes import (
+from gpufleet.k8s.adapter.nodes import quantity_count, quantity_mib, quantity_milli
+from gpufleet.k8s.vocabulary import (
+    ANNOTATION_COST_LIMIT,
+    ANNOTATION_GANG_SIZE,
+    ANNOTATION_KUEUE_GROUP_SIZE,
+    CORE_API,
     GPU_RESOURCE,
+    JOBSET_API,
+    KEY_JOB_ID,
+    KEY_RUN,
+    LABEL_COMPLETION_INDEX,
+    LABEL_JOBSET_JOB_INDEX,
+    LABEL_JOBSET_NAME,
+    LABEL_JOBSET_UID,
     MIG_RESOURCE_PREFIX,
     SHARED_GPU_RESOURCE,
-    quantity_count,
-    quantity_mib,
-    quantity_milli,
 )
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import GpuRequest
-from gpufleet.model.share import mig_milli, mig_slices, replicas_milli
+from gpufleet.model.share import mig_milli, mig_slices, replicas_milli, whole_gpus
 
-ANNOTATION_COST_LIMIT = "gpufleet.io/cost-limit"  # dollars
-ANNOTATION_JOB_ID = "gpufleet.io/job-id"
-ANNOTATION_RUN = "gpufleet.io/run"
-ANNOTATION_GANG_SIZE = "gpufleet.io/gang-size"
 # Other gang sizes a pod may carry (Kueue's plain-pod groups).
-GANG_SIZE_ANNOTATIONS = (ANNOTATION_GANG_SIZE, "kueue.x-k8s.io/pod-group-total-count")
-LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-LABEL_JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
-ATTRIBUTION_LABELS = ("team", "project", "experiment-id", "cost-center")
+GANG_SIZE_ANNOTATIONS = (ANNOTATION_GANG_SIZE, ANNOTATION_KUEUE_GROUP_SIZE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +177,14 @@ class PodFacts:
         total = replicas_milli(self.gpu_count, replicas)
         if total < MILLI:
             return GpuRequest(1, max(1, total))
-        if total % MILLI:
+        whole = whole_gpus(total)
+        if whole is None:
             raise InputError(
                 f"{self.gpu_count} replicas of a GPU shared {replicas} ways is not a whole number of GPUs",
                 source=f"pod {self.key}",
                 field=f"resources[{self.gpu_resource}]",
             )
-        return GpuRequest(total // MILLI)
+        return GpuRequest(whole)
 
 
 def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
@@ -244,21 +247,17 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
     # -- who it belongs to, what it is for
     owner = _owner(meta, labels, name, uid, src)
     cost_limit = _cost_limit(annotations, src)
-    job_id = annotations.get(ANNOTATION_JOB_ID) or labels.get(ANNOTATION_JOB_ID) or None
-    run_raw = annotations.get(ANNOTATION_RUN) or labels.get(ANNOTATION_RUN)
-    run = _positive_int(run_raw, f"metadata.annotations[{ANNOTATION_RUN}]", src) if run_raw else None
+    job_id = annotations.get(KEY_JOB_ID) or labels.get(KEY_JOB_ID) or None
+    run_raw = annotations.get(KEY_RUN) or labels.get(KEY_RUN)
+    run = _positive_int(run_raw, f"metadata.annotations[{KEY_RUN}]", src) if run_raw else None
     gang_size = None
     for key in GANG_SIZE_ANNOTATIONS:
         if annotations.get(key):
             gang_size = _positive_int(annotations[key], f"metadata.annotations[{key}]", src)
             break
-    index_raw = labels.get("batch.kubernetes.io/job-completion-index") or annotations.get(
-        "batch.kubernetes.io/job-completion-index"
-    )
+    index_raw = labels.get(LABEL_COMPLETION_INDEX) or annotations.get(LABEL_COMPLETION_INDEX)
     completion_index = (
-        _positive_int(index_raw, "metadata.labels[batch.kubernetes.io/job-completion-index]", src, minimum=0)
-        if index_raw
-        else None
+        _positive_int(index_raw, f"metadata.labels[{LABEL_COMPLETION_INDEX}]", src, minimum=0) if index_raw else None
     )
     priority = spec.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
@@ -354,7 +353,7 @@ def group_gangs(pods: Iterable[PodFacts]) -> dict[str, Gang]:
 
 def _gang_order(p: PodFacts) -> tuple[int, int, str]:
     """Pods of a gang in order: JobSet child job index, then completion index, then name."""
-    job_index = p.labels.get("jobset.sigs.k8s.io/job-index", "")
+    job_index = p.labels.get(LABEL_JOBSET_JOB_INDEX, "")
     return (
         int(job_index) if job_index.isdigit() else -1,
         p.completion_index if p.completion_index is not None else -1,
@@ -456,7 +455,7 @@ def _container_requests(c: Any, path: str, source: str, gpu_kinds: set[str]) -> 
 def _owner(meta: Mapping[str, Any], labels: Mapping[str, str], name: str, uid: str, src: str) -> OwnerRef:
     jobset = labels.get(LABEL_JOBSET_NAME)
     if jobset:  # JobSet → child Jobs → pods: the whole JobSet is one gang
-        return OwnerRef("JobSet", jobset, labels.get(LABEL_JOBSET_UID, ""), "jobset.x-k8s.io/v1alpha2")
+        return OwnerRef("JobSet", jobset, labels.get(LABEL_JOBSET_UID, ""), JOBSET_API)
     refs = _list(meta.get("ownerReferences"), "metadata.ownerReferences", src)
     for i, r in enumerate(refs):
         ref = _obj(r, f"metadata.ownerReferences[{i}]", src)
@@ -467,7 +466,7 @@ def _owner(meta: Mapping[str, Any], labels: Mapping[str, str], name: str, uid: s
                     "a controller reference needs kind and name", source=src, field=f"metadata.ownerReferences[{i}]"
                 )
             return OwnerRef(kind, ref_name, str(ref.get("uid") or ""), str(ref.get("apiVersion") or ""))
-    return OwnerRef("Pod", name, uid, "v1")
+    return OwnerRef("Pod", name, uid, CORE_API)
 
 
 def _cost_limit(annotations: Mapping[str, str], src: str) -> float | None:

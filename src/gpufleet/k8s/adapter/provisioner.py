@@ -59,37 +59,50 @@ from gpufleet.backends.base import BackendEvent, EventKind
 from gpufleet.cost.catalog import PriceCatalog, PriceEntry
 from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.k8s.adapter.api import call_json
-from gpufleet.k8s.adapter.nodes import (
-    GF_INSTANCE_TYPE,
-    GF_REGION,
-    GPU_RESOURCE,
-    LABEL_INSTANCE_TYPE,
-    LABEL_REGION,
-    quantity_count,
-    quantity_mib,
-    quantity_milli,
-)
+from gpufleet.k8s.adapter.nodes import quantity_count, quantity_mib, quantity_milli
 from gpufleet.k8s.adapter.objects import (
-    KEY_CAPACITY_TYPE,
-    KEY_NODEPOOL,
     NodePoolOffer,
     dns_label,
     label_value,
     node_claim,
     nodepool_offer,
 )
+from gpufleet.k8s.vocabulary import (
+    AWS_CATEGORY,
+    AWS_CPU,
+    AWS_FAMILY,
+    AWS_GENERATION,
+    AWS_GPU_COUNT,
+    AWS_GPU_MANUFACTURER,
+    AWS_GPU_MEMORY,
+    AWS_GPU_NAME,
+    AWS_MEMORY,
+    AWS_NODE_CLASS_GROUP,
+    AWS_SIZE,
+    AZURE_NODE_CLASS_GROUP,
+    GPU_RESOURCE,
+    KARPENTER_GROUP,
+    KARPENTER_VERSION,
+    LABEL_ARCH,
+    LABEL_HOSTNAME,
+    LABEL_INSTANCE_TYPE,
+    LABEL_KARPENTER_CAPACITY_TYPE,
+    LABEL_KARPENTER_NODEPOOL,
+    LABEL_OS,
+    LABEL_POOL,
+    LABEL_PROVISIONED,
+    LABEL_REGION,
+)
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
 
 log = logging.getLogger(__name__)
 
-GROUP, VERSION = "karpenter.sh", "v1"
 NODEPOOLS, NODECLAIMS = "nodepools", "nodeclaims"
-LABEL_PROVISIONED = "gpufleet.io/provisioned"  # "true" on the NodeClaims (and so the Nodes) gpufleet made
-LABEL_POOL = "gpufleet.io/pool"  # the gpufleet pool: what node_info reads as the node's pool
+# On the NodeClaims gpufleet makes (and so their Nodes): LABEL_PROVISIONED "true", and LABEL_POOL the
+# gpufleet pool (what node_info reads as the node's pool).
 
 # Karpenter's NodeClass API groups → the catalog's provider.
-PROVIDER_OF_NODECLASS = {"karpenter.k8s.aws": "aws", "karpenter.azure.com": "azure"}
-AWS = "karpenter.k8s.aws/"
+PROVIDER_OF_NODECLASS = {AWS_NODE_CLASS_GROUP: "aws", AZURE_NODE_CLASS_GROUP: "azure"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +255,12 @@ class KarpenterProvisioner:
     def _list(self, plural: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         kwargs = {"label_selector": label_selector} if label_selector else {}
         data = self._call(
-            f"listing {plural}.{GROUP}", self.custom.list_cluster_custom_object, GROUP, VERSION, plural, **kwargs
+            f"listing {plural}.{KARPENTER_GROUP}",
+            self.custom.list_cluster_custom_object,
+            KARPENTER_GROUP,
+            KARPENTER_VERSION,
+            plural,
+            **kwargs,
         )
         return [o for o in data.get("items") or [] if isinstance(o, dict)]
 
@@ -295,7 +313,9 @@ class KarpenterProvisioner:
         reqs: list[Mapping[str, Any]] = list(((spec.get("template") or {}).get("spec") or {}).get("requirements") or [])
         provider = PROVIDER_OF_NODECLASS.get(str(offer["node_class"].get("group", ""))) or self.provider
         region = self.region or _region_of_zones(offer["zones"])
-        mine = [c for c in claims if ((c.get("metadata") or {}).get("labels") or {}).get(KEY_NODEPOOL) == name]
+        mine = [
+            c for c in claims if ((c.get("metadata") or {}).get("labels") or {}).get(LABEL_KARPENTER_NODEPOOL) == name
+        ]
         usage = self._usage(obj, mine, provider, region)
 
         out: list[_Choice] = []
@@ -331,15 +351,14 @@ class KarpenterProvisioner:
                 max_nodes = self.max_nodes_unlimited if room is None else own + room
                 labels = {
                     **offer["labels"],
-                    KEY_NODEPOOL: name,
+                    LABEL_KARPENTER_NODEPOOL: name,
                     LABEL_INSTANCE_TYPE: itype,
-                    KEY_CAPACITY_TYPE: cap,
+                    LABEL_KARPENTER_CAPACITY_TYPE: cap,
                     LABEL_POOL: pool_name,
                     LABEL_PROVISIONED: "true",
-                    GF_INSTANCE_TYPE: itype,
                 }
                 if region:
-                    labels[LABEL_REGION] = labels[GF_REGION] = region
+                    labels[LABEL_REGION] = region
                 pool = NodePool(
                     name=pool_name,
                     gpu_model=entry.gpu,
@@ -393,8 +412,8 @@ class KarpenterProvisioner:
         known = INSTANCE_SHAPES.get(instance_type)
         if known is not None:
             return float(known.vcpus), known.memory_gib * 1024
-        cpu = _single(reqs, AWS + "instance-cpu")
-        mem = _single(reqs, AWS + "instance-memory")
+        cpu = _single(reqs, AWS_CPU)
+        mem = _single(reqs, AWS_MEMORY)
         if cpu is not None and mem is not None:
             return cpu, mem
         m = _AWS_TYPE.fullmatch(instance_type)
@@ -479,8 +498,8 @@ class KarpenterProvisioner:
                 made = self._call(
                     f"creating a NodeClaim for pool {pool}",
                     self.custom.create_cluster_custom_object,
-                    GROUP,
-                    VERSION,
+                    KARPENTER_GROUP,
+                    KARPENTER_VERSION,
                     NODECLAIMS,
                     body,
                 )
@@ -518,7 +537,8 @@ class KarpenterProvisioner:
             capacity_type=p.capacity_type,
             hourly_price_usd=p.hourly_price_usd,
             sharing=p.sharing,
-            labels={**p.labels, "kubernetes.io/hostname": name},
+            labels={**p.labels, LABEL_HOSTNAME: name},
+            gpu_facts=p.gpu_facts,
         )
 
     # -- release -----------------------------------------------------------------------------------
@@ -536,7 +556,9 @@ class KarpenterProvisioner:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.custom.delete_cluster_custom_object(GROUP, VERSION, NODECLAIMS, name, _preload_content=False)
+            self.custom.delete_cluster_custom_object(
+                KARPENTER_GROUP, KARPENTER_VERSION, NODECLAIMS, name, _preload_content=False
+            )
         except ApiException as e:
             if e.status != 404:  # gone already: released
                 raise BackendError(
@@ -663,28 +685,28 @@ def _gpu_fits(offer: NodePoolOffer, entry: PriceEntry) -> bool:
 
 def _properties(instance_type: str, entry: PriceEntry, vcpus: float, memory_mib: float) -> dict[str, str]:
     """Well-known labels a node of the instance type carries, for checking requirements on them."""
-    props = {"kubernetes.io/os": "linux"}
+    props = {LABEL_OS: "linux"}
     shape = INSTANCE_SHAPES.get(instance_type)
     if shape is not None:
-        props["kubernetes.io/arch"] = shape.arch
+        props[LABEL_ARCH] = shape.arch
     m = _AWS_TYPE.fullmatch(instance_type)
     if entry.provider == "aws" and m is not None:
         props.update(
             {
-                AWS + "instance-family": m["family"],
-                AWS + "instance-category": m["category"],
-                AWS + "instance-generation": m["generation"],
-                AWS + "instance-size": m["size"],
-                AWS + "instance-cpu": str(int(vcpus)),
-                AWS + "instance-memory": str(int(memory_mib)),
-                AWS + "instance-gpu-count": str(entry.gpu_count),
-                AWS + "instance-gpu-manufacturer": "nvidia",
-                AWS + "instance-gpu-memory": str(int(entry.gpu_memory_gib * 1024)),
+                AWS_FAMILY: m["family"],
+                AWS_CATEGORY: m["category"],
+                AWS_GENERATION: m["generation"],
+                AWS_SIZE: m["size"],
+                AWS_CPU: str(int(vcpus)),
+                AWS_MEMORY: str(int(memory_mib)),
+                AWS_GPU_COUNT: str(entry.gpu_count),
+                AWS_GPU_MANUFACTURER: "nvidia",
+                AWS_GPU_MEMORY: str(int(entry.gpu_memory_gib * 1024)),
             }
         )
         gpu_name = _AWS_GPU_NAMES.get(_family(entry.gpu))
         if gpu_name:
-            props[AWS + "instance-gpu-name"] = gpu_name
+            props[AWS_GPU_NAME] = gpu_name
     return props
 
 
@@ -740,4 +762,4 @@ def _room(offer: NodePoolOffer, usage: _Usage, gpus: int, vcpus: float, memory_m
     return min(rooms) if rooms else None
 
 
-__all__ = ["INSTANCE_SHAPES", "LABEL_POOL", "LABEL_PROVISIONED", "InstanceShape", "KarpenterProvisioner", "allocatable"]
+__all__ = ["INSTANCE_SHAPES", "InstanceShape", "KarpenterProvisioner", "allocatable"]

@@ -31,17 +31,6 @@ One module per purpose (this package re-exports their public names):
 - :mod:`~gpufleet.k8s.gpustack.yamltext` — YAML text as ``gpufleet k8s gpu-config`` prints it.
 """
 
-from gpufleet.k8s.gpustack.spec import (
-    ALL_DISABLED,
-    LABEL_DEVICE_PLUGIN_CONFIG,
-    LABEL_MIG_CONFIG,
-    PARTS,
-    ClusterPolicySettings,
-    GpuSharing,
-    GpuStack,
-    Part,
-    PoolDef,
-)
 from gpufleet.k8s.gpustack.objects import (
     MIG_PARTED_KEY,
     cluster_policy,
@@ -54,15 +43,22 @@ from gpufleet.k8s.gpustack.objects import (
 )
 from gpufleet.k8s.gpustack.packaged import PACKAGED_POOLS, packaged_text, schema
 from gpufleet.k8s.gpustack.parse import packaged_stack, parse_stack
-from gpufleet.k8s.gpustack.pools import gpufleet_pool_name, gpufleet_pools, sharing_labels
+from gpufleet.k8s.gpustack.pools import gpufleet_pool_name, gpufleet_pools, sharing_facts
 from gpufleet.k8s.gpustack.sharing import MIG_DEVICE_IDS, pool_sharing
+from gpufleet.k8s.gpustack.spec import (
+    ALL_DISABLED,
+    PARTS,
+    ClusterPolicySettings,
+    GpuSharing,
+    GpuStack,
+    Part,
+    PoolDef,
+)
 from gpufleet.k8s.gpustack.values import chart_values, values_schema
 from gpufleet.k8s.gpustack.yamltext import dump_objects, dump_values
 
 __all__ = [
     "ALL_DISABLED",
-    "LABEL_DEVICE_PLUGIN_CONFIG",
-    "LABEL_MIG_CONFIG",
     "MIG_DEVICE_IDS",
     "MIG_PARTED_KEY",
     "PACKAGED_POOLS",
@@ -89,6 +85,6 @@ __all__ = [
     "pool_sharing",
     "render",
     "schema",
-    "sharing_labels",
+    "sharing_facts",
     "values_schema",
 ]

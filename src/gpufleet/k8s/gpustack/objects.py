@@ -24,11 +24,17 @@ import yaml
 from gpufleet.errors import InputError
 from gpufleet.k8s.gpustack.spec import PARTS, GpuStack, Part
 from gpufleet.k8s.gpustack.values import chart_values
+from gpufleet.k8s.vocabulary import (
+    CLUSTER_POLICY_API,
+    CORE_API,
+    KARPENTER_API,
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    MANAGER,
+)
 
 MIG_PARTED_KEY: Final = "config.yaml"  # the key of the mig-parted ConfigMap the MIG manager reads
-MANAGED: Final = {"app.kubernetes.io/managed-by": "gpufleet", "app.kubernetes.io/component": "gpu-stack"}
-KARPENTER_API: Final = "karpenter.sh/v1"
-CLUSTER_POLICY_API: Final = "nvidia.com/v1"
+MANAGED: Final = {LABEL_MANAGED_BY: MANAGER, LABEL_COMPONENT: "gpu-stack"}
 # Sections the ClusterPolicy CRD requires (empty objects take the operator's defaults).
 CLUSTER_POLICY_REQUIRED: Final = ("operator", "daemonsets", "driver", "toolkit", "dcgm", "nodeStatusExporter")
 
@@ -74,7 +80,7 @@ def device_plugin_configmap(values: Mapping[str, Any]) -> dict[str, Any]:
     """(c) The device plugin's ConfigMap: one key per configuration."""
     dp = values["devicePlugin"]
     return {
-        "apiVersion": "v1",
+        "apiVersion": CORE_API,
         "kind": "ConfigMap",
         "metadata": _metadata(dp["configMap"], values["namespace"]),
         "data": {name: _to_yaml(cfg) for name, cfg in sorted(_named(values, "devicePlugin").items())},
@@ -85,7 +91,7 @@ def mig_parted_configmap(values: Mapping[str, Any]) -> dict[str, Any]:
     """(c) mig-parted's ConfigMap: ``config.yaml``, the mig-parted configuration."""
     mm = values["migManager"]
     return {
-        "apiVersion": "v1",
+        "apiVersion": CORE_API,
         "kind": "ConfigMap",
         "metadata": _metadata(mm["configMap"], values["namespace"]),
         "data": {MIG_PARTED_KEY: _to_yaml({"version": "v1", "mig-configs": _named(values, "migManager")})},

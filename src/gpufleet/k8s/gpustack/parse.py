@@ -23,21 +23,26 @@ from typing import Any
 import yaml
 
 from gpufleet.errors import InputError
-from gpufleet.k8s.adapter.nodes import GPU_RESOURCE
-from gpufleet.k8s.adapter.provisioner import LABEL_POOL, LABEL_PROVISIONED
+from gpufleet.k8s.gpustack.packaged import PACKAGED_POOLS, packaged_text, schemas
+from gpufleet.k8s.gpustack.pools import template_labels
+from gpufleet.k8s.gpustack.sharing import MIG_DEVICE_IDS, pool_sharing, sharing_key
 from gpufleet.k8s.gpustack.spec import (
     ALL_DISABLED,
-    AWS_NODE_CLASS,
-    LABEL_DEVICE_PLUGIN_CONFIG,
-    LABEL_MIG_CONFIG,
     ClusterPolicySettings,
     GpuStack,
     PoolDef,
 )
-from gpufleet.k8s.gpustack.packaged import PACKAGED_POOLS, packaged_text, schemas
-from gpufleet.k8s.gpustack.pools import template_labels
-from gpufleet.k8s.gpustack.sharing import MIG_DEVICE_IDS, pool_sharing, sharing_key
 from gpufleet.k8s.schemacheck import check, field_path
+from gpufleet.k8s.vocabulary import (
+    AWS_NODE_CLASS_GROUP,
+    GPU_RESOURCE,
+    KARPENTER_GROUP,
+    LABEL_DEVICE_PLUGIN_CONFIG,
+    LABEL_HOSTNAME,
+    LABEL_MIG_CONFIG,
+    LABEL_POOL,
+    LABEL_PROVISIONED,
+)
 from gpufleet.model.gpu import canonical_gpu_name
 
 
@@ -52,7 +57,11 @@ def parse_stack(document: Any, *, source: str) -> GpuStack:
     check(schemas()["pools"], document, source=source)
     doc: Mapping[str, Any] = document
     mig_strategy = str(doc.get("migStrategy", "mixed"))
-    node_class = {"group": AWS_NODE_CLASS, "kind": "EC2NodeClass", **(doc.get("nodeClass") or {"name": "default"})}
+    node_class = {
+        "group": AWS_NODE_CLASS_GROUP,
+        "kind": "EC2NodeClass",
+        **(doc.get("nodeClass") or {"name": "default"}),
+    }
     np_doc = doc.get("nodePool") or {}
     dp = doc.get("devicePlugin") or {}
     mm = doc.get("migManager") or {}
@@ -218,7 +227,7 @@ def _pool(index: int, p: Mapping[str, Any], source: str) -> PoolDef:
     kind, _, config = sharing.partition(":")
     reserved = {LABEL_POOL, LABEL_PROVISIONED, LABEL_DEVICE_PLUGIN_CONFIG, LABEL_MIG_CONFIG}
     for key in p.get("labels") or {}:
-        restricted = key in reserved or key.split("/")[0].endswith("karpenter.sh") or key == "kubernetes.io/hostname"
+        restricted = key in reserved or key.split("/")[0].endswith(KARPENTER_GROUP) or key == LABEL_HOSTNAME
         if restricted:
             raise InputError(
                 "set by gpufleet or Karpenter, not by the pool file", source=source, field=f"{where}.labels[{key}]"

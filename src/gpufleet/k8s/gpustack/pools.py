@@ -8,7 +8,7 @@ names the pools it reads from the cluster: price from the catalog by instance ty
 type, CPU and memory the kubelet's allocatable estimate of the instance type's published shape
 (:data:`~gpufleet.k8s.adapter.provisioner.INSTANCE_SHAPES`), ``max_nodes`` from the GPU
 limit, and the sharing the pool's device-plugin or MIG configuration gives its GPUs
-(:func:`sharing_labels`).
+(:func:`sharing_facts`).
 
 :func:`template_labels` are a Karpenter NodePool's template labels: they select the device-plugin
 and MIG configurations (``nvidia.com/device-plugin.config``, ``nvidia.com/mig.config``) and name
@@ -21,33 +21,23 @@ from __future__ import annotations
 
 from gpufleet.cost.catalog import PriceCatalog, PriceEntry
 from gpufleet.errors import InputError
-from gpufleet.k8s.adapter.nodes import (
-    GF_GPU_REPLICAS,
-    GF_GPU_RESOURCE,
-    GF_INSTANCE_TYPE,
-    GF_MIG_PROFILES,
-    GF_MIG_STRATEGY,
-    GF_REGION,
-    GF_REPLICA_MILLI,
-    GF_SHARING_STRATEGY,
-    GF_WHOLE_GPUS,
+from gpufleet.k8s.adapter.objects import label_value
+from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES, allocatable
+from gpufleet.k8s.gpustack.sharing import SHARING_KEYS, mig_layout, pool_sharing
+from gpufleet.k8s.gpustack.spec import ALL_DISABLED, GpuSharing, GpuStack, PoolDef
+from gpufleet.k8s.schemacheck import field_path
+from gpufleet.k8s.vocabulary import (
+    LABEL_DEVICE_PLUGIN_CONFIG,
     LABEL_INSTANCE_TYPE,
+    LABEL_KARPENTER_CAPACITY_TYPE,
+    LABEL_KARPENTER_NODEPOOL,
+    LABEL_MIG_CONFIG,
+    LABEL_POOL,
+    LABEL_PROVISIONED,
     LABEL_REGION,
 )
-from gpufleet.k8s.adapter.objects import KEY_CAPACITY_TYPE, KEY_NODEPOOL, label_value
-from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES, LABEL_POOL, LABEL_PROVISIONED, allocatable
-from gpufleet.k8s.gpustack.spec import (
-    ALL_DISABLED,
-    LABEL_DEVICE_PLUGIN_CONFIG,
-    LABEL_MIG_CONFIG,
-    GpuSharing,
-    GpuStack,
-    PoolDef,
-)
-from gpufleet.k8s.gpustack.sharing import SHARING_KEYS, mig_layout, pool_sharing
-from gpufleet.k8s.schemacheck import field_path
-from gpufleet.model.gpu import MILLI, gpu_model
-from gpufleet.model.node import CapacityType, NodePool, SharingMode
+from gpufleet.model.gpu import gpu_model
+from gpufleet.model.node import CapacityType, GpuSharingFacts, NodePool, SharingMode
 
 
 def _catalog_entry(catalog: PriceCatalog, stack: GpuStack, instance_type: str) -> PriceEntry | None:
@@ -71,21 +61,19 @@ def gpufleet_pool_name(nodepool: str, instance_type: str, capacity_type: str) ->
     return label_value(f"{nodepool}_{instance_type}_{capacity_type}")
 
 
-def sharing_labels(sharing: GpuSharing) -> dict[str, str]:
-    """The ``gpufleet.io/*`` labels gpufleet's node reader gives a node with this sharing."""
-    out: dict[str, str] = {}
-    if sharing.resource:
-        out[GF_GPU_RESOURCE] = sharing.resource
-    if sharing.mode is SharingMode.SHARED:
-        out[GF_GPU_REPLICAS] = str(sharing.replicas)
-        out[GF_REPLICA_MILLI] = str(MILLI // sharing.replicas)
-        out[GF_SHARING_STRATEGY] = str(sharing.strategy)
-    if sharing.mode is SharingMode.MIG and sharing.mig_strategy:
-        out[GF_MIG_STRATEGY] = sharing.mig_strategy
-        out[GF_MIG_PROFILES] = ",".join(f"{p}:{n}" for p, n in sorted((sharing.mig_slices or {}).items()))
-        if sharing.whole_gpus:
-            out[GF_WHOLE_GPUS] = str(sharing.whole_gpus)
-    return out
+def sharing_facts(sharing: GpuSharing) -> GpuSharingFacts:
+    """The GPU sharing gpufleet's node reader finds on a node with this configuration
+    (:func:`~gpufleet.k8s.adapter.nodes.node_info`'s ``Node.gpu_facts``)."""
+    shared = sharing.mode is SharingMode.SHARED
+    mig = sharing.mode is SharingMode.MIG and sharing.mig_strategy is not None
+    return GpuSharingFacts(
+        resource=sharing.resource,
+        replicas=sharing.replicas if shared else 1,
+        strategy=sharing.strategy if shared else None,
+        mig_strategy=sharing.mig_strategy if mig else None,
+        mig_profiles=tuple(sorted((sharing.mig_slices or {}).items())) if mig else (),
+        whole_gpus=sharing.whole_gpus if mig else 0,
+    )
 
 
 def gpufleet_pools(stack: GpuStack, catalog: PriceCatalog, *, provisioning_delay_s: float = 180.0) -> list[NodePool]:
@@ -131,16 +119,14 @@ def gpufleet_pools(stack: GpuStack, catalog: PriceCatalog, *, provisioning_delay
                 name = gpufleet_pool_name(nodepool, itype, cap)
                 labels = {
                     **template_labels(stack, pool, cap),
-                    KEY_NODEPOOL: nodepool,
+                    LABEL_KARPENTER_NODEPOOL: nodepool,
                     LABEL_INSTANCE_TYPE: itype,
-                    KEY_CAPACITY_TYPE: cap,
+                    LABEL_KARPENTER_CAPACITY_TYPE: cap,
                     LABEL_POOL: name,
                     LABEL_PROVISIONED: "true",
-                    GF_INSTANCE_TYPE: itype,
-                    **sharing_labels(sharing),
                 }
                 if stack.region:
-                    labels[LABEL_REGION] = labels[GF_REGION] = stack.region
+                    labels[LABEL_REGION] = stack.region
                 out.append(
                     NodePool(
                         name=name,
@@ -155,6 +141,7 @@ def gpufleet_pools(stack: GpuStack, catalog: PriceCatalog, *, provisioning_delay
                         provisioning_delay_s=provisioning_delay_s,
                         sharing=sharing.mode,
                         labels=labels,
+                        gpu_facts=sharing_facts(sharing),
                     )
                 )
     return out

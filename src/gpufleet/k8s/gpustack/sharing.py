@@ -12,11 +12,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from gpufleet.errors import InputError
-from gpufleet.k8s.adapter.nodes import GPU_RESOURCE, SHARED_GPU_RESOURCE
 from gpufleet.k8s.gpustack.spec import GpuSharing, GpuStack, PoolDef
 from gpufleet.k8s.schemacheck import field_path
-from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MigProfile, gpu_model
+from gpufleet.k8s.vocabulary import GPU_RESOURCE, NVIDIA_PREFIX, SHARED_GPU_RESOURCE
+from gpufleet.model.gpu import MigProfile, gpu_model
 from gpufleet.model.node import SharingMode
+from gpufleet.model.share import mig_fit_problem
 
 # PCI device IDs of the GPUs with each gpufleet model's MIG geometry, as NVIDIA's default mig-parted
 # configuration groups them (gpu-operator assets/state-mig-manager/0400_configmap.yaml): a
@@ -96,7 +97,7 @@ def pool_sharing(stack: GpuStack, pool: PoolDef) -> GpuSharing:
     rename = res.get("rename")
     resource = SHARED_GPU_RESOURCE if rr.get("renameByDefault") else GPU_RESOURCE
     if rename:
-        full = rename if "/" in str(rename) else f"nvidia.com/{rename}"
+        full = rename if "/" in str(rename) else f"{NVIDIA_PREFIX}{rename}"
         if full not in (GPU_RESOURCE, SHARED_GPU_RESOURCE):
             raise InputError(
                 f"gpufleet's node reader knows {GPU_RESOURCE} and {SHARED_GPU_RESOURCE}, not {full}",
@@ -196,7 +197,7 @@ def mig_layout(
                     field=f"{where}.mig-devices[{profile}]",
                 )
             wanted.extend([p] * int(count))
-        problem = _fit(wanted)
+        problem = mig_fit_problem(wanted)
         if problem:
             raise InputError(f"does not fit one {model}: {problem}", source=src, field=f"{where}.mig-devices")
         for p in wanted:
@@ -206,21 +207,3 @@ def mig_layout(
         raise InputError(f"MIG config {name!r} has no entry for {model}", source=src, field=base)
     whole += gpus - len(covered)  # GPUs no entry names keep their mode: gpufleet takes them as whole
     return slices, whole, used
-
-
-def _fit(profiles: Sequence[MigProfile]) -> str | None:
-    """Why ``profiles`` do not fit on one GPU (7 compute slices; memory slices at their profiles'
-    placements), or None when they do."""
-    compute = sum(p.compute_slices for p in profiles)
-    if compute > MIG_COMPUTE_SLICES:
-        return f"{compute} compute slices, the GPU has {MIG_COMPUTE_SLICES}"
-    order = sorted(profiles, key=lambda p: (-p.memory_slices, len(p.starts)))
-
-    def place(i: int, used: int) -> bool:
-        if i == len(order):
-            return True
-        return any(not (used & mask) and place(i + 1, used | mask) for mask in order[i].masks())
-
-    if not place(0, 0):
-        return "no placement of their memory slices (8, each profile at its allowed offsets)"
-    return None

@@ -13,11 +13,7 @@ from gpufleet.k8s.gpustack.packaged import schemas
 from gpufleet.k8s.schemacheck import check
 from gpufleet.model.node import SharingMode
 
-# Node labels the GPU Operator's components read to pick a node's configuration.
-LABEL_DEVICE_PLUGIN_CONFIG: Final = "nvidia.com/device-plugin.config"
-LABEL_MIG_CONFIG: Final = "nvidia.com/mig.config"
 ALL_DISABLED: Final = "all-disabled"  # the MIG config that leaves MIG off
-AWS_NODE_CLASS: Final = "karpenter.k8s.aws"
 # The parts of (b)-(d) that `gpufleet k8s gpu-config --only` and objects_from_values(only=) name.
 PARTS: Final = ("devicePlugin", "mig", "clusterPolicy", "nodePools")
 Part = Literal["devicePlugin", "mig", "clusterPolicy", "nodePools"]

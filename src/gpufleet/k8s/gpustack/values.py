@@ -12,30 +12,37 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.k8s.adapter.nodes import GPU_RESOURCE, LABEL_INSTANCE_TYPE
-from gpufleet.k8s.adapter.objects import KEY_CAPACITY_TYPE
 from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES
-from gpufleet.k8s.gpustack.spec import ALL_DISABLED, AWS_NODE_CLASS, GpuStack, PoolDef
 from gpufleet.k8s.gpustack.packaged import schemas
 from gpufleet.k8s.gpustack.pools import template_labels
 from gpufleet.k8s.gpustack.sharing import pool_sharing
+from gpufleet.k8s.gpustack.spec import ALL_DISABLED, GpuStack, PoolDef
 from gpufleet.k8s.schemacheck import inline_refs
+from gpufleet.k8s.vocabulary import (
+    AWS_GPU_COUNT,
+    AWS_GPU_NAME,
+    AWS_NODE_CLASS_GROUP,
+    GPU_RESOURCE,
+    KARPENTER_API,
+    LABEL_ARCH,
+    LABEL_INSTANCE_TYPE,
+    LABEL_KARPENTER_CAPACITY_TYPE,
+    LABEL_OS,
+)
 
 
 def _requirements(stack: GpuStack, pool: PoolDef, capacity_type: str) -> list[dict[str, Any]]:
     reqs: list[dict[str, Any]] = [
         {"key": LABEL_INSTANCE_TYPE, "operator": "In", "values": list(pool.instance_types)},
-        {"key": KEY_CAPACITY_TYPE, "operator": "In", "values": [capacity_type]},
+        {"key": LABEL_KARPENTER_CAPACITY_TYPE, "operator": "In", "values": [capacity_type]},
     ]
-    if stack.node_class["group"] == AWS_NODE_CLASS:
+    if stack.node_class["group"] == AWS_NODE_CLASS_GROUP:
         family = pool.gpu_model.split("-", 1)[0].lower()
-        reqs.append({"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": [family]})
-        reqs.append(
-            {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "In", "values": [str(pool.gpus_per_node)]}
-        )
+        reqs.append({"key": AWS_GPU_NAME, "operator": "In", "values": [family]})
+        reqs.append({"key": AWS_GPU_COUNT, "operator": "In", "values": [str(pool.gpus_per_node)]})
     archs = sorted({INSTANCE_SHAPES[t].arch for t in pool.instance_types if t in INSTANCE_SHAPES} or {"amd64"})
-    reqs.append({"key": "kubernetes.io/arch", "operator": "In", "values": archs})
-    reqs.append({"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]})
+    reqs.append({"key": LABEL_ARCH, "operator": "In", "values": archs})
+    reqs.append({"key": LABEL_OS, "operator": "In", "values": ["linux"]})
     return reqs
 
 
@@ -166,7 +173,7 @@ def values_schema() -> dict[str, Any]:
                     "enabled": {"type": "boolean"},
                     "force": {
                         "type": "boolean",
-                        "description": "Render the NodePools even where the cluster does not serve karpenter.sh/v1.",
+                        "description": f"Render the NodePools even where the cluster does not serve {KARPENTER_API}.",
                     },
                     "nodeClass": {
                         "type": "object",

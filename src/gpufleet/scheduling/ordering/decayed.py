@@ -8,6 +8,7 @@ one half-life (the usage it would add if it ran that long), normalised like the 
 from __future__ import annotations
 
 from gpufleet.model.job import Job
+from gpufleet.model.share import milli_gpus
 from gpufleet.scheduling.framework import QUEUE_SORT, PolicyContext, SortContext
 from gpufleet.scheduling.ordering.aging import Aging
 from gpufleet.scheduling.ordering.fairshare import FairShareSort
@@ -19,7 +20,7 @@ def _share(team: str, ctx: SortContext) -> float:
 
 
 def _increment(job: Job, ctx: SortContext) -> float:
-    gpus = job.spec.total_gpu_milli / 1000.0
+    gpus = milli_gpus(job.spec.total_gpu_milli)
     est = job.spec.estimated_runtime_s or ctx.usage.half_life_s
     return gpus * min(est, ctx.usage.half_life_s)
 

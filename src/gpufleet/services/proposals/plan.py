@@ -16,6 +16,7 @@ from gpufleet.cost.budget_model import Budget, Throttle
 from gpufleet.errors import InputError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.model.job import JobState
+from gpufleet.model.share import gpus_milli, milli_gpus
 from gpufleet.services import jobs as jobs_service
 from gpufleet.services.proposals.actions import JOB_SHAPE_ACTIONS, field_path, visible_budget, visible_job
 from gpufleet.services.proposals.common import Actor, NothingToChangeError, TargetStateError
@@ -208,12 +209,12 @@ def plan_quota(s: Session, team: str, params: ChangeQuotaParams) -> tuple[dict[s
         canon = "*" if model == "*" else canonical_gpu_name(model)
         if canon is None:
             raise InputError(f"unknown GPU model '{model}' (or '*' for any)", field=f"params.quota_gpus.{model}")
-        new[canon] = round(gpus * MILLI)
+        new[canon] = gpus_milli(gpus)
     if new == current:
         raise NothingToChangeError(f"team {team} already has these quotas; nothing to change")
 
     def in_gpus(q: Mapping[str, int]) -> dict[str, float]:
-        return {m: q[m] / MILLI for m in sorted(q)}
+        return {m: milli_gpus(q[m]) for m in sorted(q)}
 
     return new, {"before": in_gpus(current), "after": in_gpus(new)}
 
@@ -283,7 +284,7 @@ def job_fields(job: JobRow, action: str) -> dict[str, Any]:
 def quota_fields(s: Session, team: str, params: ChangeQuotaParams) -> dict[str, Any]:
     """The team's quota, in GPUs, of each model the proposal names (None: it has none)."""
     current = repo.team_quotas(s, team)
-    return {f"quota_gpus.{m}": (current[m] / MILLI if m in current else None) for m in _quota_models(params)}
+    return {f"quota_gpus.{m}": (milli_gpus(current[m]) if m in current else None) for m in _quota_models(params)}
 
 
 def budget_fields(row: BudgetRow, params: ChangeBudgetParams) -> dict[str, Any]:

@@ -15,6 +15,9 @@ share) and ``mig`` (a MIG profile name such as ``"1g.10gb"``). Examples::
     {"kind": "job", "submit": 12.5, "name": "nb", "gpu_milli": 500, "duration_s": 600}
     {"kind": "job", "submit": 30, "name": "inf", "mig": "1g.10gb", "gpu_types": ["A100-80GB"]}
 
+A job may carry its own budget, ``budget_usd`` (dollars, > 0): the simulator stops it (CANCELLED) once
+its cost reaches it, as the server stops a job submitted with ``budget_usd``.
+
 Validation is strict (pydantic ``strict=True, extra="forbid", allow_inf_nan=False``): unknown keys,
 strings where numbers belong, booleans where integers belong, and NaN/Infinity are errors. Sizes and
 times are bounded by :mod:`gpufleet.sim.limits` (gang size, GPUs per pod and node, node and job
@@ -56,6 +59,7 @@ from gpufleet.sim.limits import (
 from gpufleet.sim.traces.base import Trace, TraceJob
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
+MAX_BUDGET_USD = 1e9  # a job's own budget, at most (the API's bound, gpufleet.wire.JobSubmit.budget_usd)
 
 
 def _canon(name: str) -> str:
@@ -94,7 +98,12 @@ class NodeLine(BaseModel):
 
     @classmethod
     def from_node(cls, node: Node) -> NodeLine:
-        return cls.model_validate(asdict(node))
+        """The node as a trace line. Its GPU sharing facts (what a Kubernetes device plugin
+        advertises) are not part of the trace format: a simulated node hands out GPUs as its
+        ``sharing`` mode says."""
+        fields = asdict(node)
+        fields.pop("gpu_facts", None)
+        return cls.model_validate(fields)
 
 
 class PoolLine(BaseModel):
@@ -123,7 +132,9 @@ class PoolLine(BaseModel):
 
     @classmethod
     def from_pool(cls, pool: NodePool) -> PoolLine:
-        return cls.model_validate(asdict(pool))
+        fields = asdict(pool)
+        fields.pop("gpu_facts", None)  # not part of the trace format, as for a node
+        return cls.model_validate(fields)
 
 
 class ClusterLine(BaseModel):
@@ -170,6 +181,7 @@ class JobLine(BaseModel):
     estimated_runtime_s: float | None = Field(default=None, ge=0, le=MAX_TIME_S)
     max_runtime_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
     gang_size: int = Field(default=1, ge=1, le=MAX_GANG_SIZE)
+    budget_usd: float | None = Field(default=None, gt=0, le=MAX_BUDGET_USD)  # its own budget: stopped at this cost
 
     @field_validator("priority")
     @classmethod
@@ -217,6 +229,7 @@ class JobLine(BaseModel):
             estimated_runtime_s=self.estimated_runtime_s,
             gang_size=self.gang_size,
             duration_s=self.duration_s,
+            budget_usd=self.budget_usd,
         )
         return TraceJob(self.submit, spec)
 
@@ -251,6 +264,7 @@ class JobLine(BaseModel):
             estimated_runtime_s=spec.estimated_runtime_s,
             max_runtime_s=spec.max_runtime_s,
             gang_size=spec.gang_size,
+            budget_usd=spec.budget_usd,
         )
 
 

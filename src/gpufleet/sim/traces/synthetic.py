@@ -41,6 +41,7 @@ import numpy.typing as npt
 from gpufleet.errors import InputError
 from gpufleet.model.gpu import GPU_MODELS, MILLI
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
+from gpufleet.model.share import milli_gpus
 from gpufleet.sim.limits import (
     MAX_CPU_MILLI,
     MAX_GANG_SIZE,
@@ -256,7 +257,7 @@ def generate_synthetic(options: SyntheticOptions | None = None) -> Trace:
             req = GpuRequest(count=0)
         if kind in ("single", "multi", "gang", "fractional") and typed_l[i]:
             gpu_types = frozenset({o.gpu_types[type_l[i]]})
-        gpu_equiv = req.total_milli / MILLI if req.count else 1.0
+        gpu_equiv = milli_gpus(req.total_milli) if req.count else 1.0
         team = teams[team_l[i]]
         is_pre = bool(pre_l[i])
         spec = JobSpec(

@@ -6,13 +6,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.k8s.adapter.objects import job_name
-
-BACKEND_LABEL = "gpufleet.io/backend"  # "local" on the server's own node (backends/local.py)
+from gpufleet.k8s.vocabulary import LABEL_BACKEND
 
 
 def is_local(labels: Mapping[str, Any] | None) -> bool:
     """A node of the server's own GPUs (the local backend), not a cluster's."""
-    return str((labels or {}).get(BACKEND_LABEL, "")) == "local"
+    return str((labels or {}).get(LABEL_BACKEND, "")) == "local"  # the server's own node (backends/local.py)
 
 
 def pod_name(job_id: str, run: int, pods: int = 1, *, local: bool = True) -> str:

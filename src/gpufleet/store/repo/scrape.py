@@ -22,12 +22,11 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
-from gpufleet.store.convert import pod_share_units
+from gpufleet.k8s.vocabulary import LABEL_POOL, LABEL_PROVISIONED
+from gpufleet.store.convert import gpu_facts_from_json, pod_share_units
 from gpufleet.store.models import GpuSampleRow, JobEventRow, JobRow, NodeIntervalRow, NodeRow, RunRow
 from gpufleet.store.repo.pods import is_local, pod_name
 
-PROVISIONED_LABEL = "gpufleet.io/provisioned"  # "true" on nodes the autoscaler made (Karpenter NodeClaims)
-POOL_LABEL = "gpufleet.io/pool"
 WAITING_STATES = ("PENDING", "PREEMPTED")
 
 
@@ -89,6 +88,7 @@ def open_pods(s: Session) -> list[OpenPod]:
             if node is None:
                 continue
             gpus = sorted({int(g) for p in pods for g in (p.get("gpus") or ())})
+            replicas = gpu_facts_from_json(node.gpu_facts).replicas
             out.append(
                 OpenPod(
                     job_id=job.id,
@@ -101,7 +101,7 @@ def open_pods(s: Session) -> list[OpenPod]:
                     node=node_name,
                     gpu_model=node.gpu_model,
                     capacity_type=node.capacity_type,
-                    gpu_share_units=pod_share_units(job, node.gpu_model, node.labels) * len(pods),
+                    gpu_share_units=pod_share_units(job, node.gpu_model, replicas) * len(pods),
                     cpu_milli=job.cpu_milli * len(pods),
                     memory_mib=job.memory_mib * len(pods),
                     gpus=tuple(gpus),
@@ -192,9 +192,9 @@ def autoscaled_nodes(s: Session) -> list[tuple[str, str, int]]:
     counts: dict[tuple[str, str], int] = defaultdict(int)
     for pool, labels, state in s.execute(select(NodeRow.pool, NodeRow.labels, NodeRow.state)):
         labels = labels or {}
-        if str(labels.get(PROVISIONED_LABEL, "")).lower() != "true":
+        if str(labels.get(LABEL_PROVISIONED, "")).lower() != "true":
             continue
-        name = str(labels.get(POOL_LABEL) or pool)
+        name = str(labels.get(LABEL_POOL) or pool)
         counts[(name, "scale_up")] += 1
         if state == "removed":
             counts[(name, "scale_down")] += 1

@@ -5,19 +5,18 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpufleet.cost.ledger import SHARE_UNITS, Ledger, LedgerError, NodeInterval, UsageSegment
-from gpufleet.cost.opencost import POD_JOB_LABEL
+from gpufleet.cost.ledger import Ledger, LedgerError, NodeInterval, UsageSegment
 from gpufleet.errors import InputError
+from gpufleet.k8s.vocabulary import LABEL_JOB
 from gpufleet.model.node import CapacityType
-from gpufleet.model.share import requested_replicas
-from gpufleet.store.convert import pod_share_units
+from gpufleet.model.share import requested_replicas, units_fraction
+from gpufleet.store.convert import gpu_facts_from_json, pod_share_units
 from gpufleet.store.models import JobRow, NodeIntervalRow, NodeRow, RunRow, UsageSegmentRow
 from gpufleet.store.repo.pods import is_local, pod_name
 
@@ -151,7 +150,7 @@ def load_ledger(
     def labels_of(labels: Any, job_id: str) -> dict[str, str]:
         out = {str(k): str(v) for k, v in (labels or {}).items()}
         if by_pod:
-            out[POD_JOB_LABEL] = job_id
+            out[LABEL_JOB] = job_id
         return out
 
     records: list[_Seg] = []
@@ -188,13 +187,16 @@ def load_ledger(
         .where(RunRow.ended_at.is_(None), RunRow.started_at.is_not(None), RunRow.started_at < end)
         .order_by(RunRow.job_id, RunRow.run)
     )
-    node_labels: dict[str, Any] | None = None  # read once an open run's share depends on its node's
+    node_replicas: dict[str, int] | None = None  # read once an open run's share depends on its node's
     for run, job in s.execute(open_q).all():
         assert run.started_at is not None
         if now <= run.started_at:
             continue
-        if node_labels is None and requested_replicas(job.labels or {}) is not None:
-            node_labels = {name: labels or {} for name, labels in s.execute(select(NodeRow.name, NodeRow.labels))}
+        if node_replicas is None and requested_replicas(job.labels or {}) is not None:
+            node_replicas = {
+                name: gpu_facts_from_json(facts).replicas
+                for name, facts in s.execute(select(NodeRow.name, NodeRow.gpu_facts))
+            }
         per_node: dict[str, int] = defaultdict(int)
         for pod in run.placement or [{"node": run.node}]:
             per_node[str(pod.get("node", run.node))] += 1
@@ -208,7 +210,7 @@ def load_ledger(
                     experiment=job.experiment,
                     labels=labels_of(job.labels, job.id),
                     node=node_name,
-                    share_units=_open_share(job, n, (node_labels or {}).get(node_name, {})),
+                    share_units=_open_share(job, n, (node_replicas or {}).get(node_name, 1)),
                     cpu_milli=job.cpu_milli * n,
                     memory_mib=job.memory_mib * n,
                     start=run.started_at,
@@ -253,8 +255,8 @@ def _node_intervals(s: Session, start: float, end: float, now: float, ledger: Le
     return intervals
 
 
-def _open_share(job: JobRow, pods: int, node_labels: dict[str, Any]) -> Callable[[str], int]:
-    return lambda model: pod_share_units(job, model, node_labels) * pods
+def _open_share(job: JobRow, pods: int, node_replicas: int) -> Callable[[str], int]:
+    return lambda model: pod_share_units(job, model, node_replicas) * pods
 
 
 def _add_clipped(ledger: Ledger, intervals: Iterable[NodeInterval], rec: _Seg, ws: float, we: float) -> None:
@@ -280,7 +282,7 @@ def _add_clipped(ledger: Ledger, intervals: Iterable[NodeInterval], rec: _Seg, w
                     iv.pool,
                     iv.gpu_model,
                     iv.capacity_type,
-                    Fraction(units, SHARE_UNITS),
+                    units_fraction(units),
                     rec.cpu_milli,
                     rec.memory_mib,
                     iv.hourly_usd,
