@@ -12,7 +12,7 @@ import pytest
 
 from gpufleet.api.app import create_app
 from gpufleet.api.context import ApiContext
-from gpufleet.cost.budget_model import make_budget
+from gpufleet.cost.budgets.model import make_budget
 from gpufleet.store import repo
 from gpufleet.store.repo import budgets as budgets_repo
 from tests.support.api_support import T0, Api, make_api

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.cost.budget_model import Scope
+from gpufleet.cost.budgets.model import Scope
 from gpufleet.cost.periods import period_at
 from gpufleet.services.budgets import committed_spend
 from gpufleet.store.repo import budgets as budgets_repo

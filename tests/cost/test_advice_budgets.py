@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.cost.budget_status import left_phrase
+from gpufleet.cost.budgets.status import left_phrase
 from tests.support.api_support import T0, Api, make_api
 from tests.support.budget_support import add_node, add_spend
 

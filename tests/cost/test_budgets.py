@@ -1,5 +1,5 @@
 """Budgets, the pure part: periods in named time zones, status and projection, thresholds,
-enforcement decisions, job cost estimates and throttles (cost/budgets.py)."""
+enforcement decisions, job cost estimates and throttles (cost/budgets/throttle.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gpufleet.cost.budget_model import Budget, Scope, Threshold, Throttle, make_budget
-from gpufleet.cost.budget_status import budget_status, check_block, crossed_thresholds, dedup_key, enforcing
-from gpufleet.cost.budgets import ThrottleRule, capacity_limits
+from gpufleet.cost.budgets.model import Budget, Scope, Threshold, Throttle, make_budget
+from gpufleet.cost.budgets.status import budget_status, check_block, crossed_thresholds, dedup_key, enforcing
+from gpufleet.cost.budgets.throttle import ThrottleRule, capacity_limits
 from gpufleet.cost.job_estimate import DEFAULT_RUNTIME_S, estimate_job_cost
 from gpufleet.cost.periods import period_at
 from gpufleet.errors import InputError

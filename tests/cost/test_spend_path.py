@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import update
 
-from gpufleet.cost.budget_model import Scope, make_budget
-from gpufleet.cost.budget_status import BudgetExceededError
+from gpufleet.cost.budgets.model import Scope, make_budget
+from gpufleet.cost.budgets.status import BudgetExceededError
 from gpufleet.cost.job_estimate import usd_per_gpu_hour
 from gpufleet.cost.ledger import Ledger, NodeInterval, UsageSegment
 from gpufleet.cost.periods import period_at

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpufleet.cost.budget_model import make_budget
+from gpufleet.cost.budgets.model import make_budget
 from gpufleet.errors import InputError, PermissionDeniedError
 from gpufleet.k8s.adopt import PodAdopter
 from gpufleet.model.job import GpuRequest

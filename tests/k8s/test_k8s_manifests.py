@@ -46,8 +46,8 @@ from typer.testing import CliRunner
 
 from gpufleet.cli import jobs as cli_jobs
 from gpufleet.cli.k8s import k8s_app
-from gpufleet.cost.budget_model import make_budget
-from gpufleet.cost.budget_status import budget_status, enforcing
+from gpufleet.cost.budgets.model import make_budget
+from gpufleet.cost.budgets.status import budget_status, enforcing
 from gpufleet.cost.ledger import Ledger, NodeInterval, UsageSegment
 from gpufleet.cost.report import ReportLine
 from gpufleet.cost.spend import spend_report

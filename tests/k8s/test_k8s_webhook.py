@@ -34,7 +34,7 @@ from cryptography.x509.oid import NameOID
 from sqlalchemy import update
 
 from gpufleet.clock import SimClock
-from gpufleet.cost.budget_model import make_budget
+from gpufleet.cost.budgets.model import make_budget
 from gpufleet.k8s.review import (
     NodeKind,
     ReviewRequest,

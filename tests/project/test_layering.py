@@ -38,7 +38,7 @@ RANKS: dict[str, int] = {
     "config": 0,
     "model": 0,
     "scheduling": 1,
-    "cost": 2,  # cost/budgets.py runs the scheduling cycle; scheduling never imports cost
+    "cost": 2,  # cost/budgets/throttle.py runs the scheduling cycle; scheduling never imports cost
     "sim": 3,
     "loop": 3,  # the one world loop, shared by the simulator and the server
     "store": 4,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.cost.budgets import ThrottleRule, capacity_limits
+from gpufleet.cost.budgets.throttle import ThrottleRule, capacity_limits
 from gpufleet.errors import InputError, RegistryError
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, Job, JobSpec, JobState
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
@@ -33,9 +33,9 @@ from gpufleet.scheduling.snapshot import ClusterSnapshot, PodRequest
 from tests.support.builders import cluster, job
 
 try:  # the budget model moved out of budgets.py in the cost split; accept either home
-    from gpufleet.cost.budget_model import Scope, Throttle
+    from gpufleet.cost.budgets.model import Scope, Throttle
 except ImportError:  # pragma: no cover
-    from gpufleet.cost.budgets import Scope, Throttle  # type: ignore[attr-defined,no-redef,unused-ignore]
+    from gpufleet.cost.budgets.throttle import Scope, Throttle  # type: ignore[attr-defined,no-redef,unused-ignore]
 
 
 # -- feasibility ---------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from sqlalchemy import update
 from gpufleet.cli.render import queue_table, runtime, until
 from gpufleet.control.controller import Controller, ControllerConfig
 from gpufleet.control.leader import FileLeadership
-from gpufleet.cost.budget_model import make_budget
+from gpufleet.cost.budgets.model import make_budget
 from gpufleet.model.node import Node
 from gpufleet.sim.backend import SimBackend
 from gpufleet.store import repo

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gpufleet.cost.budget_model import Throttle, make_budget
-from gpufleet.cost.budgets import ThrottleRule, capacity_limits
+from gpufleet.cost.budgets.model import Throttle, make_budget
+from gpufleet.cost.budgets.throttle import ThrottleRule, capacity_limits
 from gpufleet.model.job import GpuRequest, Job, JobSpec
 from gpufleet.model.node import Node
 from gpufleet.scheduling.admission import effective_priority

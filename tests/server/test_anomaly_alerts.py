@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import update
 
 from gpufleet.clock import SimClock
-from gpufleet.cost.budget_model import make_budget
-from gpufleet.cost.budget_status import ANOMALY_THRESHOLD
+from gpufleet.cost.budgets.model import make_budget
+from gpufleet.cost.budgets.status import ANOMALY_THRESHOLD
 from gpufleet.cost.periods import DAY_S, last_complete_day
 from gpufleet.errors import InputError
 from gpufleet.notify.channels import EmailChannel, email_message, pagerduty_payload

@@ -16,7 +16,7 @@ from gpufleet.backends.accounts import AccountPolicy
 from gpufleet.backends.local import LocalBackend
 from gpufleet.control.controller import Controller, ControllerConfig
 from gpufleet.control.leader import FileLeadership
-from gpufleet.cost.budget_model import make_budget
+from gpufleet.cost.budgets.model import make_budget
 from gpufleet.store import repo
 from gpufleet.store.db import Database
 from gpufleet.store.models import JobRow

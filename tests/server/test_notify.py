@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpufleet.clock import SimClock
-from gpufleet.cost.budget_model import make_budget
+from gpufleet.cost.budgets.model import make_budget
 from gpufleet.errors import InputError
 from gpufleet.notify.channels import DeliveryError, deliver, parse_channel, validate_channels
 from gpufleet.services.budgets import BudgetService

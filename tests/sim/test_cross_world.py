@@ -35,8 +35,8 @@ from gpufleet.backends.base import EventKind
 from gpufleet.clock import SimClock
 from gpufleet.control.controller import Controller, ControllerConfig
 from gpufleet.control.leader import FileLeadership
-from gpufleet.cost.budget_model import Budget, make_budget
-from gpufleet.cost.budget_status import BudgetExceededError
+from gpufleet.cost.budgets.model import Budget, make_budget
+from gpufleet.cost.budgets.status import BudgetExceededError
 from gpufleet.cost.spend import job_costs_usd
 from gpufleet.loop.world import WorldLoop
 from gpufleet.model.job import GpuRequest, Job, JobSpec, StopKind, StopReason

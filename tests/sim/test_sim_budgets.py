@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from gpufleet.cost.budget_model import make_budget
+from gpufleet.cost.budgets.model import make_budget
 from gpufleet.model.job import GpuRequest, JobSpec
 from gpufleet.model.node import CapacityType, Node
 from gpufleet.scheduling.profile import load_profile

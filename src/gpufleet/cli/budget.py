@@ -217,7 +217,7 @@ def _print_status(st: "BudgetStatusOut") -> None:
     console.print(
         f"period {st.period_start:%Y-%m-%d %H:%M} → {st.period_end:%Y-%m-%d %H:%M} UTC, {st.days_left:.1f} days left"
     )
-    from gpufleet.cost.budget_status import left_phrase
+    from gpufleet.cost.budgets.status import left_phrase
 
     console.print(f"spent ${st.spend_usd:,.2f} of ${st.limit_usd:,.2f} ({st.percent:.1f}%)")
     console.print(
@@ -295,7 +295,7 @@ def check(
         max_runtime=max_runtime,
         estimate=estimate,
     )
-    from gpufleet.cost.budget_status import left_phrase
+    from gpufleet.cost.budgets.status import left_phrase
 
     with cli_jobs.make_client(url, token) as client:
         out = client.check_budget(spec)

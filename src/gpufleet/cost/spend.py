@@ -51,7 +51,7 @@ from .report import (
 from .rules import PricedLedger, PricingRules, ReservationCost, apply_rules
 
 if TYPE_CHECKING:
-    from .budget_model import Scope
+    from .budgets.model import Scope
 
 DAY_S = 86400.0
 

@@ -73,8 +73,8 @@ from .crread import (
     rfc3339,
 )
 
-DEFAULT_THRESHOLD_PERCENTS: Final = (50.0, 80.0, 100.0)  # gpufleet's defaults (budget_model.DEFAULT_THRESHOLDS)
-CENT: Final = 0.005  # the tolerance gpufleet's threshold checks use (budget_status.crossed_thresholds)
+DEFAULT_THRESHOLD_PERCENTS: Final = (50.0, 80.0, 100.0)  # gpufleet's defaults (gpufleet.cost.budgets.model.DEFAULT_THRESHOLDS)
+CENT: Final = 0.005  # the tolerance gpufleet's threshold checks use (gpufleet.cost.budgets.status.crossed_thresholds)
 _NAME_RE: Final = re.compile(NAME)
 
 # gpufleet's own field (BudgetIn) → the CR's, for errors raised past the CR checks
@@ -363,7 +363,7 @@ def budget_in_from_cr(
 
 def _check_model(body: BudgetIn, r: CrReader) -> None:
     """gpufleet's budget model accepts it (what the server would check on create)."""
-    from gpufleet.cost.budget_model import make_budget
+    from gpufleet.cost.budgets.model import make_budget
 
     try:
         make_budget(

@@ -75,7 +75,7 @@ from typing import Any, Final
 from sqlalchemy.orm import Session
 
 from gpufleet.control.controller import Periodic
-from gpufleet.cost.budget_model import DEFAULT_THRESHOLDS, Budget
+from gpufleet.cost.budgets.model import DEFAULT_THRESHOLDS, Budget
 from gpufleet.cost.ledger import Ledger
 from gpufleet.cost.report import CostReport
 from gpufleet.cost.rules import PricingRules

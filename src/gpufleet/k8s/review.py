@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gpufleet.cost.budget_model import Scope
+from gpufleet.cost.budgets.model import Scope
 from gpufleet.errors import InputError
 from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
 from gpufleet.k8s.vocabulary import (

@@ -39,8 +39,8 @@ import anyio.to_thread
 from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock, WallClock
-from gpufleet.cost.budget_model import Budget
-from gpufleet.cost.budget_status import BudgetExceededError, check_block
+from gpufleet.cost.budgets.model import Budget
+from gpufleet.cost.budgets.status import BudgetExceededError, check_block
 from gpufleet.cost.job_estimate import estimate_job_cost
 from gpufleet.cost.rules import PricingRules, rules_from_setting
 from gpufleet.errors import ConfigError, NotFoundError, PermissionDeniedError, StoreError

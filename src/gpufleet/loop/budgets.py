@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpufleet.cost.budget_model import Budget, Scope
-from gpufleet.cost.budget_status import (
+from gpufleet.cost.budgets.model import Budget, Scope
+from gpufleet.cost.budgets.status import (
     LIMIT_PERCENT,
     BudgetExceededError,
     BudgetStatus,
@@ -37,7 +37,7 @@ from gpufleet.cost.budget_status import (
     enforcing,
     limit_severity,
 )
-from gpufleet.cost.budgets import ThrottleRule
+from gpufleet.cost.budgets.throttle import ThrottleRule
 from gpufleet.cost.job_estimate import estimate_for, usd_per_gpu_hour
 from gpufleet.cost.ledger import Ledger
 from gpufleet.cost.periods import Period

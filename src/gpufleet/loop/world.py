@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpufleet.backends.base import Backend, BackendEvent, Capability, EventKind, LaunchRequest, Provisioner
-from gpufleet.cost.budgets import ThrottleRule, capacity_limits
+from gpufleet.cost.budgets.throttle import ThrottleRule, capacity_limits
 from gpufleet.errors import GpufleetError, StoreError
 from gpufleet.loop.budgets import BudgetTick
 from gpufleet.loop.cluster import ClusterView

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from gpufleet.cost.budget_status import ANOMALY_PAYLOAD_KIND
+from gpufleet.cost.budgets.status import ANOMALY_PAYLOAD_KIND
 from gpufleet.errors import GpufleetError, InputError
 
 PAGERDUTY_URL: Final = "https://events.pagerduty.com/v2/enqueue"

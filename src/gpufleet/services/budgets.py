@@ -46,9 +46,9 @@ from sqlalchemy.orm import Session
 
 from gpufleet.clock import Clock
 from gpufleet.cost.anomaly import Anomaly, AnomalyConfig, KeyFilter, scan_ledger
-from gpufleet.cost.budget_model import OWNED_SCOPE_KINDS, Budget, Scope, make_budget
-from gpufleet.cost.budget_status import budget_status, enforcing
-from gpufleet.cost.budgets import ThrottleRule
+from gpufleet.cost.budgets.model import OWNED_SCOPE_KINDS, Budget, Scope, make_budget
+from gpufleet.cost.budgets.status import budget_status, enforcing
+from gpufleet.cost.budgets.throttle import ThrottleRule
 from gpufleet.cost.job_estimate import estimate_job_cost, usd_per_gpu_hour
 from gpufleet.cost.periods import DAY_S, Period, iso, last_complete_day, zone
 from gpufleet.cost.rules import PricingRules

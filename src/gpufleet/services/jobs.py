@@ -54,7 +54,7 @@ def submit(
     Feasibility first (:func:`~gpufleet.services.submit.check_fits_store`: the cycle's feasibility
     rules against the store's nodes), then owners (a granted priority class, the Unix account it
     runs as, one team on a single-team server), then budgets (the block check, serialized per budget, raising
-    :class:`~gpufleet.cost.budget_status.BudgetExceededError`), then the insert (an idempotent replay
+    :class:`~gpufleet.cost.budgets.status.BudgetExceededError`), then the insert (an idempotent replay
     returns the first job with ``created=False``). ``rules``: the server's pricing rules.
     ``adopted``: a workload adoption found (:func:`adopt`; the module docstring says what differs)."""
     sub = prepared.submission
@@ -104,7 +104,7 @@ def adopt(
     """Submit a workload adoption found on the cluster (its pods exist already) as team ``team``'s
     job: :func:`submit` for no token, with adoption's differences (module docstring). Raises what
     the API's submit raises for the rules adoption shares (an unknown team, a project another team
-    owns, a ``block`` budget's :class:`~gpufleet.cost.budget_status.BudgetExceededError`)."""
+    owns, a ``block`` budget's :class:`~gpufleet.cost.budgets.status.BudgetExceededError`)."""
     return submit(
         s,
         PreparedSubmit(team, sub, None),

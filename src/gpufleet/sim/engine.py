@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.clock import SimClock
-from gpufleet.cost.budget_model import Budget
+from gpufleet.cost.budgets.model import Budget
 from gpufleet.cost.ledger import Ledger
 from gpufleet.cost.spend import spend_report
 from gpufleet.errors import SchedulingError

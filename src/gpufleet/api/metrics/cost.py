@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpufleet.api.context import ApiContext
 from gpufleet.api.metrics.audience import Owners
-from gpufleet.cost.budget_status import budget_status, enforcing
+from gpufleet.cost.budgets.status import budget_status, enforcing
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.roi import roi_report
 from gpufleet.cost.rules import apply_rules

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 from gpufleet.api.auth import Principal, require_admin
 from gpufleet.api.deps import ADMIN, AUTHED, READ_ONE, SCOPED, Caller, Ctx
 from gpufleet.api.problems import input_at
-from gpufleet.cost.budget_model import Budget
-from gpufleet.cost.budget_status import check_block
+from gpufleet.cost.budgets.model import Budget
+from gpufleet.cost.budgets.status import check_block
 from gpufleet.cost.job_estimate import estimate_job_cost
 from gpufleet.errors import NotFoundError
 from gpufleet.model.share import milli_gpus

@@ -23,7 +23,7 @@ from gpufleet.api.render import ts
 from gpufleet.api.routes.jobs import _visible_job
 from gpufleet.api.windows import parse_window
 from gpufleet.cost.anomaly import AnomalyConfig, scan_ledger
-from gpufleet.cost.budget_model import Scope
+from gpufleet.cost.budgets.model import Scope
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.forecast import (
     JobForecast,

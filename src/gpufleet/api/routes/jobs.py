@@ -15,7 +15,7 @@ from gpufleet.api.context import ApiContext
 from gpufleet.api.deps import AUTHED, READ_ONE, WRITE_ONE, Caller, Ctx, Metrics
 from gpufleet.api.problems import input_at, problem_response
 from gpufleet.api.render import event_out, job_out
-from gpufleet.cost.budget_status import BudgetExceededError
+from gpufleet.cost.budgets.status import BudgetExceededError
 from gpufleet.errors import InputError, NotFoundError
 from gpufleet.model.job import JobState
 from gpufleet.services import jobs as jobs_service  # owners, budgets, insert; cancel

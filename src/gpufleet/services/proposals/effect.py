@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
-from gpufleet.cost.budget_model import Scope
+from gpufleet.cost.budgets.model import Scope
 from gpufleet.cost.ledger import Ledger
 from gpufleet.cost.roi import HOURS_PER_MONTH
 from gpufleet.cost.rules import PricingRules

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from gpufleet.cost.budget_model import Budget, Throttle
+from gpufleet.cost.budgets.model import Budget, Throttle
 from gpufleet.errors import InputError
 from gpufleet.model.gpu import MILLI, canonical_gpu_name
 from gpufleet.model.job import JobState

@@ -11,8 +11,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpufleet.cost.anomaly import Anomaly
-from gpufleet.cost.budget_model import OWNED_SCOPE_KINDS, Budget, Scope, make_budget
-from gpufleet.cost.budget_status import (
+from gpufleet.cost.budgets.model import OWNED_SCOPE_KINDS, Budget, Scope, make_budget
+from gpufleet.cost.budgets.status import (
     ANOMALY_PAYLOAD_KIND,
     ANOMALY_THRESHOLD,
     LIMIT_PERCENT,

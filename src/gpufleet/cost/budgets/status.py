@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from gpufleet.cost.periods import DAY_S, Period, iso
 from gpufleet.errors import ConflictError
 
-from .budget_model import Budget, Threshold
-from .periods import DAY_S, Period, iso
+from .model import Budget, Threshold
 
 LIMIT_PERCENT: Final = 100.0  # the threshold at which a budget is over (grace counts from it)
 # The ``threshold`` an anomaly alert is stored under — one value, so the store's unique (budget,

@@ -1,8 +1,8 @@
 """Budget throttles: what a throttle in force does to one scheduling cycle (pure: no I/O, no clock).
 
 Shared by every world — the controller and the simulator — so a what-if replays exactly the
-enforcement production runs. The budget itself is :mod:`gpufleet.cost.budget_model`; its status
-and verdicts :mod:`gpufleet.cost.budget_status`; job estimates :mod:`gpufleet.cost.job_estimate`.
+enforcement production runs. The budget itself is :mod:`gpufleet.cost.budgets.model`; its status
+and verdicts :mod:`gpufleet.cost.budgets.status`; job estimates :mod:`gpufleet.cost.job_estimate`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gpufleet.model.job import PRIORITY_CLASSES
 from gpufleet.scheduling.admission import CapacityLimit
 
-from .budget_model import Scope, Throttle
+from .model import Scope, Throttle
 
 # -- throttles --------------------------------------------------------------------------------------
 

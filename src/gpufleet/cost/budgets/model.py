@@ -27,10 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from gpufleet.cost.periods import PERIODS, Period, period_at, zone
 from gpufleet.errors import InputError
 from gpufleet.model.job import PRIORITY_CLASSES, Job
-
-from .periods import PERIODS, Period, period_at, zone
 
 SCOPE_KINDS: Final = ("all", "team", "project", "namespace", "experiment", "label")
 # Scopes that a team owns through its budget (``Scope.owner``): only that team's jobs count against
