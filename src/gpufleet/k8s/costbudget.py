@@ -73,7 +73,7 @@ from .crread import (
     rfc3339,
 )
 
-DEFAULT_THRESHOLD_PERCENTS: Final = (50.0, 80.0, 100.0)  # gpufleet's defaults (gpufleet.cost.budgets.model.DEFAULT_THRESHOLDS)
+DEFAULT_THRESHOLD_PERCENTS: Final = (50.0, 80.0, 100.0)  # cost.budgets.model.DEFAULT_THRESHOLDS
 CENT: Final = 0.005  # the tolerance gpufleet's threshold checks use (gpufleet.cost.budgets.status.crossed_thresholds)
 _NAME_RE: Final = re.compile(NAME)
 
