@@ -69,3 +69,35 @@ def test_gpus_others_use_are_never_given_to_gpufleet_jobs() -> None:
     assert "j1" in loop.active  # placed on GPUs others no longer use
     placed = {g for p in job.placement for g in p.gpus}
     assert len(placed) == 4
+
+
+def test_a_cordoned_node_keeps_its_runs_and_takes_no_new_work_until_uncordoned() -> None:
+    """Issue 22, observation 1, in the loop: NODE_CORDONED (a cordon, a NoSchedule taint, NotReady)
+    stops placements on the node only; NODE_UNCORDONED opens it again. Before, the only way a world
+    could say a node took no work was NODE_REMOVED, which ended what ran there."""
+    from gpufleet.backends.base import BackendEvent, EventKind
+    from gpufleet.model.job import GpuRequest, Job, JobSpec
+
+    clock = SimClock()
+    backend = SimBackend(clock, [Node("n1", "A100-80GB", 8, 64000, 512000)])
+    loop = WorldLoop(MemoryState(), backend, load_profile({}).build(), lambda n: 10.0)
+    for node in backend.inventory():
+        loop.add_node(node, 0.0)
+    state = loop.state
+    assert isinstance(state, MemoryState)
+
+    def job(name: str) -> Job:
+        return Job(name, JobSpec(name=name, gpu=GpuRequest(2), duration_s=600.0, estimated_runtime_s=600.0), 0.0)
+
+    state.submit(job("running"))
+    loop.step(0.0)
+    assert "running" in loop.active
+    loop.handle(BackendEvent(EventKind.NODE_CORDONED, 1.0, node="n1", reason="node n1: cordoned"), 1.0)
+    state.submit(job("waiting"))
+    clock.advance_to(10.0)
+    loop.step(10.0)
+    assert "running" in loop.active and "waiting" in loop.pending  # kept; nothing new placed
+    loop.handle(BackendEvent(EventKind.NODE_UNCORDONED, 11.0, node="n1"), 11.0)
+    clock.advance_to(20.0)
+    loop.step(20.0)
+    assert {"running", "waiting"} <= set(loop.active)

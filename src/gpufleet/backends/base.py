@@ -86,6 +86,9 @@ class EventKind(StrEnum):
     NODE_ADDED = "node-added"  # a node (provisioned earlier) is ready for work: ``node``
     NODE_INTERRUPTED = "node-interrupted"  # notice that spot capacity is being taken back: ``node``
     NODE_REMOVED = "node-removed"  # a node is gone, with whatever ran on it: ``node``
+    # a node takes no new work but keeps what it runs (cordoned, NotReady, a NoSchedule taint): ``node``
+    NODE_CORDONED = "node-cordoned"
+    NODE_UNCORDONED = "node-uncordoned"  # a cordoned node takes new work again: ``node``
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,6 +127,15 @@ class ClusterView:
         self.snapshot.schedulable[self.nodes[name].index] = False
         self._idle.discard(name)
 
+    def uncordon(self, name: str) -> None:
+        """A cordoned node takes new work again (if it is ready and still there)."""
+        ns = self.nodes[name]
+        if ns.ready_at is None or ns.removed_at is not None:
+            return
+        self.snapshot.schedulable[ns.index] = True
+        self._version += 1
+        self._track(ns)
+
     def remove(self, name: str, now: float) -> None:
         ns = self.nodes[name]
         ns.removed_at = now

@@ -226,6 +226,16 @@ class WorldLoop:
             self._on_notice(ev.node, ev.time)
         elif kind is EventKind.NODE_REMOVED and ev.node is not None:
             self.remove_node(ev.node, now, ev.reason or f"node {ev.node} was removed")
+        elif kind is EventKind.NODE_CORDONED and ev.node is not None:
+            known = self.cluster.nodes.get(ev.node)
+            if known is not None and known.removed_at is None:  # no new work there; what runs there stays
+                log.info("%s", ev.reason or f"node {ev.node} takes no new work")
+                self.cluster.cordon(ev.node)
+                self.dirty = True
+        elif kind is EventKind.NODE_UNCORDONED and ev.node is not None:
+            if ev.node in self.cluster.nodes:
+                self.cluster.uncordon(ev.node)
+                self.dirty = True
         else:
             self._isolated(ev.job_id, "its end", lambda: self._end_run(ev, now))
 

@@ -44,7 +44,7 @@ from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.k8s.adapter.api import call_json
 from gpufleet.k8s.adapter.dcgm import parse_dcgm
-from gpufleet.k8s.adapter.nodes import node_info
+from gpufleet.k8s.adapter.nodes import node_info, unschedulable_reason
 from gpufleet.k8s.adapter.objects import batch_job, binding, eviction, job_name, pod_scheduled_false
 from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
 from gpufleet.k8s.vocabulary import KEY_JOB_ID, KEY_RUN, LABEL_ADOPTED_OWNER
@@ -87,6 +87,30 @@ class _Run:
     stopping: str | None = None  # why a stop was asked
     bound: bool = False
     ran_from: float | None = None  # the earliest container start seen (pods can vanish as they end)
+    # a stop is driven until the pods are gone (each poll, after a failed attempt's back-off)
+    grace_s: float = 30.0
+    job_deleted: bool = False
+    retry_at: float = 0.0  # monotonic: no stop attempt before
+    backoff_s: float = 0.0
+    blocked: str | None = None  # why the last stop attempt did not get through (a PodDisruptionBudget's 429)
+
+
+def _retry_after(e: Exception) -> float:
+    """Seconds a refusal asks to wait (``Retry-After``, or the Status' ``details.retryAfterSeconds``)."""
+    headers = getattr(e, "headers", None) or {}
+    try:
+        return float(headers.get("Retry-After") or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _status_message(e: Exception) -> str:
+    import json
+
+    try:
+        return str(json.loads(getattr(e, "body", "") or "{}").get("message") or getattr(e, "reason", ""))
+    except ValueError:
+        return str(getattr(e, "reason", ""))
 
 
 def _disrupted(pod: PodFacts) -> bool:
@@ -128,6 +152,7 @@ class KubernetesBackend:
         self._runs: dict[tuple[str, int], _Run] = {}
         self._nodes: dict[str, Node] = {}
         self._notified: set[str] = set()  # nodes whose spot notice was reported
+        self._cordoned: dict[str, str] = {}  # nodes that take no new work (reported NODE_CORDONED) -> why
         self.provisioner = provisioner
         self.capabilities = Capabilities(
             frozenset(
@@ -272,32 +297,76 @@ class KubernetesBackend:
         return RunHandle(run.job_id, run.run, 0, run.started_at, f"k8s://{run.namespace}/job/{run.job}")
 
     def stop(self, job_id: str, run: int, reason: str, grace_s: float = 30.0) -> None:
+        """Ask the run to stop. Idempotent until its pods are gone: a call while it is stopping tries
+        again at once (the loop asks again after an error); :meth:`poll` drives it in between."""
         r = self._runs.get((job_id, run))
-        if r is None or r.stopping is not None:
+        if r is None:
             return
-        r.stopping = reason or "stopped"
+        if r.stopping is None:
+            r.stopping = reason or "stopped"
+            r.grace_s = grace_s
+        self._drive_stop(r, None, force=True)
+
+    def stop_blocked(self, job_id: str, run: int) -> str | None:
+        """Why a stopping run still runs (an eviction a PodDisruptionBudget refuses), else None."""
+        r = self._runs.get((job_id, run))
+        return r.blocked if r is not None else None
+
+    def _drive_stop(self, r: _Run, pods: list[PodFacts] | None, *, force: bool = False) -> None:
+        """One attempt at stopping ``r``: delete its Job (orphaning the pods, so its controller
+        cannot replace a pod evicted below), then evict each bound pod with the run's grace (delete an
+        unbound one). A 5xx, a timeout or a 429 (a PodDisruptionBudget, API Priority and Fairness) is
+        tried again after a back-off that honours ``Retry-After``; a pod already terminating is left
+        to end."""
         from kubernetes.client.exceptions import ApiException
 
-        if r.job:  # the Job first (its pods orphaned): its controller cannot replace a pod evicted below
-            try:
-                self.batch.delete_namespaced_job(r.job, r.namespace, propagation_policy="Orphan")
-            except ApiException as e:
-                if e.status != 404:
-                    log.warning("deleting Job %s/%s: %s %s", r.namespace, r.job, e.status, e.reason)
-        # (adopted pods: their own controller decides about replacements)
-        for pod in self._run_pods(r):
-            if pod.terminal:
-                continue
-            try:
-                if pod.node is None:  # never bound: nothing runs, delete it outright
-                    self.core.delete_namespaced_pod(pod.name, pod.namespace, grace_period_seconds=0)
-                else:
-                    self.core.create_namespaced_pod_eviction(
-                        pod.name, pod.namespace, eviction(pod.namespace, pod.name, grace_s), _preload_content=False
-                    )
-            except ApiException as e:
-                if e.status != 404:
-                    log.warning("evicting pod %s: %s %s", pod.key, e.status, e.reason)
+        if not force and time.monotonic() < r.retry_at:
+            return
+        try:
+            if r.job and not r.job_deleted:  # (adopted pods: their own controller decides about replacements)
+                try:
+                    self.batch.delete_namespaced_job(r.job, r.namespace, propagation_policy="Orphan")
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+                r.job_deleted = True
+            blocked: str | None = None
+            retry_after = 0.0
+            for pod in self._run_pods(r, pods):
+                if pod.terminal or pod.deletion_timestamp is not None:
+                    continue
+                try:
+                    if pod.node is None:  # never bound: nothing runs, delete it outright
+                        self.core.delete_namespaced_pod(pod.name, pod.namespace, grace_period_seconds=0)
+                    else:
+                        self.core.create_namespaced_pod_eviction(
+                            pod.name,
+                            pod.namespace,
+                            eviction(pod.namespace, pod.name, r.grace_s),
+                            _preload_content=False,
+                        )
+                except ApiException as e:
+                    if e.status == 404:
+                        continue
+                    if e.status != 429:
+                        raise
+                    blocked = f"the eviction of pod {pod.key} was refused (429: {_status_message(e)}); retrying"
+                    retry_after = max(retry_after, _retry_after(e))
+            r.blocked = blocked
+            if blocked is not None:
+                log.warning("stopping %s run %d: %s", r.job_id, r.run, blocked)
+                self._retry_stop(r, retry_after)
+            else:
+                r.backoff_s = 0.0
+        except (ApiException, BackendError) as e:
+            status = getattr(e, "status", None)
+            log.warning("stopping %s run %d: %s (retrying)", r.job_id, r.run, f"{status} {getattr(e, 'reason', e)}")
+            self._retry_stop(r, _retry_after(e) if isinstance(e, ApiException) else 0.0)
+
+    @staticmethod
+    def _retry_stop(r: _Run, retry_after: float) -> None:
+        r.backoff_s = min(max(r.backoff_s * 2, 0.5), 10.0)
+        r.retry_at = time.monotonic() + max(r.backoff_s, retry_after)
 
     def _run_pods(self, r: _Run, pods: list[PodFacts] | None = None) -> list[PodFacts]:
         pods = self._pods() if pods is None else pods
@@ -320,6 +389,7 @@ class KubernetesBackend:
             mine = self._run_pods(r, pods)
             lost = not gone.isdisjoint(r.nodes)
             if r.stopping is not None:
+                self._drive_stop(r, pods)
                 mine = self._without_strays(mine)
             elif not r.bound and not lost:
                 if not r.job:  # adopted: pods its controller made since the launch join the run
@@ -383,11 +453,28 @@ class KubernetesBackend:
                     pod.name, pod.namespace, binding(pod.namespace, pod.name, node), _preload_content=False
                 )
             except ApiException as e:
-                if e.status == 409:  # already bound (by us, before a restart)
+                # A 409 is "already bound" only if the pod says so (ours, before a restart or a lost
+                # answer); a conflict on a pod still unbound is retried at the next poll.
+                if e.status == 409 and self._bound_to(pod, node):
                     continue
                 log.warning("binding pod %s to %s: %s %s", pod.key, node, e.status, e.reason)
                 return
         r.bound = True
+
+    def _bound_to(self, pod: PodFacts, node: str) -> bool:
+        """Read the pod back after a 409 on its binding: bound (to ``node``, or elsewhere: it runs
+        there, and the run's end will say so) or not yet."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            got = self._json(self.core.read_namespaced_pod, pod.name, pod.namespace)
+        except (ApiException, BackendError) as e:
+            log.warning("reading pod %s after a 409 on its binding: %s", pod.key, e)
+            return False
+        bound = (got.get("spec") or {}).get("nodeName")
+        if bound and bound != node:
+            log.warning("pod %s is bound to %s, not %s", pod.key, bound, node)
+        return bool(bound)
 
     def _ended(self, r: _Run, pods: list[PodFacts]) -> BackendEvent | None:
         now = self.options.now()
@@ -478,7 +565,11 @@ class KubernetesBackend:
         except BackendError as e:
             log.warning("listing nodes: %s", e)
             return out
+        # A node that stops taking work (cordoned, NotReady, a NoSchedule taint) keeps what it runs:
+        # only its removal ends that work here; Kubernetes evicts pods itself (after a NoExecute
+        # taint's toleration, 300 s by default; a drain) and the runs see their pods go.
         seen: dict[str, Node] = {}
+        cordoned: dict[str, str] = {}
         for obj in objs:
             info = node_info(obj, self.catalog)
             if info is None:
@@ -487,13 +578,19 @@ class KubernetesBackend:
             if info.spot_notice and name in self._nodes and name not in self._notified:
                 self._notified.add(name)
                 out.append(BackendEvent(EventKind.NODE_INTERRUPTED, now, node=name, reason=info.spot_notice))
-            if info.schedulable or name in self._notified:
-                seen[name] = info.node
+            seen[name] = info.node
+            if not info.schedulable and name not in self._notified:
+                cordoned[name] = unschedulable_reason(obj) or "not schedulable"
         for name in sorted(set(self._nodes) - set(seen)):
             out.append(BackendEvent(EventKind.NODE_REMOVED, now, node=name, reason=f"node {name} is gone"))
             self._notified.discard(name)
         for name in sorted(set(seen) - set(self._nodes)):
             out.append(BackendEvent(EventKind.NODE_ADDED, now, node=name))
+        for name in sorted(set(cordoned) - set(self._cordoned)):
+            out.append(BackendEvent(EventKind.NODE_CORDONED, now, node=name, reason=f"node {name}: {cordoned[name]}"))
+        for name in sorted((set(self._cordoned) - set(cordoned)) & set(seen)):
+            out.append(BackendEvent(EventKind.NODE_UNCORDONED, now, node=name))
+        self._cordoned = cordoned
         self._nodes = seen
         return out
 

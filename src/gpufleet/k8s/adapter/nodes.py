@@ -506,24 +506,30 @@ def node_info(
 def node_schedulable(obj: Mapping[str, Any], tolerated: Iterable[str] = DEFAULT_TOLERATED_TAINTS) -> bool:
     """Whether gpufleet may place new work on the node: not cordoned, Ready, and without a
     NoSchedule/NoExecute taint whose key is not in ``tolerated`` (PreferNoSchedule is ignored)."""
+    return unschedulable_reason(obj, tolerated) is None
+
+
+def unschedulable_reason(obj: Mapping[str, Any], tolerated: Iterable[str] = DEFAULT_TOLERATED_TAINTS) -> str | None:
+    """Why gpufleet places no new work on the node (None: it may). None of these ends the work the
+    node runs: Kubernetes evicts that itself (NoExecute taints after their toleration, a drain)."""
     spec = obj.get("spec") or {}
     if spec.get("unschedulable") is True:
-        return False
+        return "cordoned (spec.unschedulable)"
     if (obj.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    ready = False
+        return "being deleted"
+    ready: str | None = None
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if isinstance(cond, Mapping) and cond.get("type") == "Ready":
-            ready = cond.get("status") == "True"
-    if not ready:
-        return False
+            ready = str(cond.get("status"))
+    if ready != "True":
+        return f"not Ready (Ready={ready or 'missing'})"
     ok = set(tolerated)
     for taint in spec.get("taints") or []:
         if not isinstance(taint, Mapping):
             continue
         if taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") not in ok:
-            return False
-    return True
+            return f"tainted {taint.get('key')}:{taint.get('effect')}"
+    return None
 
 
 def spot_notice(obj: Mapping[str, Any]) -> str | None:
