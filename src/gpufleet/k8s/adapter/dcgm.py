@@ -6,7 +6,8 @@ Pure parsing: the text of one scrape of ``/metrics`` in, one sample per (node, G
   slices' ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (0..1) weighted by their share of the GPU;
 - ``DCGM_FI_DEV_FB_USED``, ``DCGM_FI_DEV_FB_FREE``, ``DCGM_FI_DEV_FB_RESERVED`` (MiB) — memory
   used, and the total as used + free + reserved; a MIG GPU's are the sums over its slices;
-- labels ``gpu`` (index), ``UUID``, ``Hostname`` (the node, unless the caller names it), ``modelName``, ``GPU_I_ID`` /
+- labels ``gpu`` (index), ``UUID``, ``Hostname`` or ``hostname`` (the node, unless the caller names it),
+  ``modelName``, ``GPU_I_ID`` /
   ``GPU_I_PROFILE`` (MIG slice), and ``pod`` / ``namespace`` / ``container`` where the exporter maps
   GPUs to pods (also ``pod_name``/``pod_namespace`` of old exporters and ``exported_*`` as
   Prometheus relabels them).
@@ -15,7 +16,8 @@ Pure parsing: the text of one scrape of ``/metrics`` in, one sample per (node, G
 to the pod holding it; a GPU that several pods share (time-slicing) has its memory split evenly
 among them — an estimate, as DCGM does not see per-process memory.
 
-Every line is checked by ``prometheus_client``'s parser; a malformed one (or a metric of ours with
+DCGM's blank sentinels (:func:`is_blank`) are missing readings, not values. Every line is checked
+by ``prometheus_client``'s parser; a malformed one (or a metric of ours with
 a bad ``gpu`` label or a value that is not finite) raises :class:`~gpufleet.errors.InputError`
 naming the line.
 """
@@ -41,7 +43,21 @@ GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
 POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
 METRICS = frozenset({GPU_UTIL, FB_USED, FB_FREE, FB_RESERVED, GR_ENGINE_ACTIVE, GPU_TEMP, POWER_USAGE})
 
+_HOST_LABELS = ("Hostname", "hostname")  # dcgm-exporter 3.x, and its main branch since the rename
 _POD_LABELS = ("pod", "pod_name", "exported_pod")
+
+
+def is_blank(value: float) -> bool:
+    """A DCGM blank sentinel, not a reading: a field that is not supported, not found or not
+    permitted (``DCGM_INT64_BLANK`` 0x7ffffffffffffff0 .. +3, ``DCGM_INT32_BLANK`` 0x7ffffff0 .. +3,
+    ``DCGM_FP64_BLANK`` 2**47 .. +3; dcgm_structs.h). The exporter prints them as numbers."""
+    return (
+        value >= 9223372036854775792.0  # int64 blanks (the float nearest 2**63 - 16 and up)
+        or 2147483632.0 <= value <= 2147483635.0
+        or 140737488355328.0 <= value <= 140737488355331.0
+    )
+
+
 _NAMESPACE_LABELS = ("namespace", "pod_namespace", "exported_namespace")
 
 
@@ -96,12 +112,14 @@ def parse_dcgm(text: str, now: float, *, node: str | None = None, source: str = 
         raw_index = labels.get("gpu")
         if raw_index is None or not re.fullmatch(r"[0-9]+", raw_index):
             raise bad(f"{sample.name}: the gpu label must be a GPU index, got {raw_index!r}", "gpu")
-        host = node or labels.get("Hostname")
+        host = node or next((labels[k] for k in _HOST_LABELS if labels.get(k)), None)
         if not host:
-            raise bad(f"{sample.name}: no Hostname label and no node given", "Hostname")
+            raise bad(f"{sample.name}: no Hostname (or hostname) label and no node given", "Hostname")
         value = float(sample.value)
         if not math.isfinite(value) or value < 0:
             raise bad(f"{sample.name}: not a finite, non-negative value: {sample.value!r}", sample.name)
+        if is_blank(value):
+            continue  # no reading (not supported / not found / not permitted): missing, not a value
         gpu = gpus.setdefault((host, int(raw_index)), _Gpu())
         gpu.uuid = gpu.uuid or labels.get("UUID", "")
         if sample.timestamp is not None:
