@@ -214,6 +214,8 @@ def kube_api_client(settings: Settings) -> Any:
     """A client of the cluster's API server: the in-cluster service account, else a kubeconfig."""
     try:
         from kubernetes import client, config
+
+        from gpufleet.k8s.adapter.api import with_deadline
     except ImportError:
         raise ConfigError(
             "backend 'kubernetes' needs the Kubernetes client: pip install 'gpufleet[k8s]'", field="backend"
@@ -222,9 +224,11 @@ def kube_api_client(settings: Settings) -> Any:
     try:
         if k.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return client.ApiClient()
-        return config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(k.kubeconfig) if k.kubeconfig else None, context=k.context
+            return with_deadline(client.ApiClient())
+        return with_deadline(
+            config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(k.kubeconfig) if k.kubeconfig else None, context=k.context
+            )
         )
     except Exception as e:  # a missing or bad kubeconfig
         raise ConfigError(f"cannot load the Kubernetes configuration: {e}", field="kubernetes.kubeconfig") from None

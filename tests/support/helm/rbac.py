@@ -61,6 +61,7 @@ def _g(group: str, resource: str, verb: str, scope: Scope = Scope.CLUSTER, when:
 CALLS: dict[tuple[str, str], frozenset[Grant]] = {
     ("k8s/adapter/backend.py", "list_node"): frozenset({_g("", "nodes", "list")}),
     ("k8s/adapter/backend.py", "list_pod_for_all_namespaces"): frozenset({_g("", "pods", "list")}),
+    ("k8s/adapter/backend.py", "read_namespaced_pod"): frozenset({_g("", "pods", "get")}),
     ("k8s/adapter/backend.py", "create_namespaced_job"): frozenset({_g("batch", "jobs", "create")}),
     ("k8s/adapter/backend.py", "delete_namespaced_job"): frozenset({_g("batch", "jobs", "delete")}),
     ("k8s/adapter/backend.py", "patch_namespaced_pod"): frozenset({_g("", "pods", "patch")}),

@@ -42,7 +42,7 @@ from gpufleet.backends.base import (
 )
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.errors import BackendError, GpufleetError
-from gpufleet.k8s.adapter.api import call_json
+from gpufleet.k8s.adapter.api import call_json, with_deadline
 from gpufleet.k8s.adapter.dcgm import parse_dcgm
 from gpufleet.k8s.adapter.nodes import node_info, unschedulable_reason
 from gpufleet.k8s.adapter.objects import batch_job, binding, eviction, job_name, pod_scheduled_false
@@ -143,6 +143,8 @@ class KubernetesBackend:
     ) -> None:
         from kubernetes import client
 
+        if not hasattr(api_client.rest_client, "gpufleet_deadline"):
+            with_deadline(api_client)  # every call with a deadline (a silent API server is an error)
         self.api_client = api_client
         # typed Any: bodies are sent as the plain dicts of :mod:`.objects`, which the client serializes
         self.core: Any = client.CoreV1Api(api_client)
@@ -578,6 +580,8 @@ class KubernetesBackend:
             if info.spot_notice and name in self._nodes and name not in self._notified:
                 self._notified.add(name)
                 out.append(BackendEvent(EventKind.NODE_INTERRUPTED, now, node=name, reason=info.spot_notice))
+            if not (info.schedulable or name in self._nodes or name in self._notified):
+                continue  # a node that never took work (still joining, NotReady): not added until it can
             seen[name] = info.node
             if not info.schedulable and name not in self._notified:
                 cordoned[name] = unschedulable_reason(obj) or "not schedulable"
