@@ -111,3 +111,32 @@ def test_a_taken_port_is_one_clear_error() -> None:
         port = held.getsockname()[1]
         with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
             check_port("127.0.0.1", port)
+
+
+def test_up_takes_the_backend_as_a_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22, observation 12: the README's ``gpufleet up --backend kubernetes`` was refused ("No such
+    option"). The flag wins over the file, as every flag does; a bad value names the field."""
+    from typer.testing import CliRunner
+
+    import gpufleet.server.host as host
+    from gpufleet.cli.main import app
+
+    seen: list[str] = []
+
+    def fake_build_server(settings: object) -> object:
+        seen.append(settings.backend)
+        raise ConfigError("stop here: the test only reads the settings", field="backend")
+
+    monkeypatch.setattr(host, "build_server", fake_build_server)
+    cfg = tmp_path / "s.yaml"
+    import socket
+
+    with socket.socket() as s:  # a port free now (check_port binds it before the server is built)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg.write_text(f"backend: local\nhome: {tmp_path}\nport: {port}\n")
+    runner = CliRunner()
+    result = runner.invoke(app, ["up", "--config", str(cfg), "--backend", "kubernetes"])
+    assert seen == ["kubernetes"], result.output
+    result = runner.invoke(app, ["up", "--config", str(cfg), "--backend", "nosuch"])
+    assert result.exit_code != 0 and "backend" in result.output and seen == ["kubernetes"]

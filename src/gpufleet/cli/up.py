@@ -29,6 +29,12 @@ def up(
     ] = None,
     home: Annotated[Path | None, typer.Option(help="state directory (default: GPUFLEET_HOME or user data dir)")] = None,
     node_name: Annotated[str | None, typer.Option(help="this server's node name (default: the host name)")] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            help="local (this machine's GPUs, the default) or kubernetes (a cluster: the settings' kubernetes: part)"
+        ),
+    ] = None,
     log_level: Annotated[str | None, typer.Option(help="critical|error|warning|info|debug")] = None,
     workers: Annotated[
         int | None, typer.Option(help="API worker processes (default 1: API and scheduler share one process)")
@@ -57,6 +63,7 @@ def up(
         gpus=gpus,
         home=home,
         node_name=node_name,
+        backend=backend,
         log_level=log_level,
         api_workers=workers,
         jobs_as_server=jobs_as_server,
