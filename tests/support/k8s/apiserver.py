@@ -1408,9 +1408,7 @@ class KubeApiServer(kmock.KubernetesEmulator):
         route = _route(request.url.path)
         if route is not None:
             resource = route.plural + (f"/{route.subresource}" if route.subresource else "")
-            verb = verb_of(
-                str(request.method.value), route.name, route.subresource, _truthy(request.params.get("watch"))
-            )
+            verb = verb_of(str(request.method.value), route.name, _truthy(request.params.get("watch")))
             fault = await self.faults.apply(verb, resource, route.namespace, route.name)
             if fault is not None and fault.status is not None:
                 headers = dict(json_headers)

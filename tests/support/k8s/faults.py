@@ -113,7 +113,6 @@ class FaultPlan:
     faults: list[Fault] = field(default_factory=list)
     log: list[Seen] = field(default_factory=list)
     _rng: random.Random = field(init=False, repr=False)
-    _released: asyncio.Event | None = field(default=None, init=False, repr=False)
     _generation: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -166,7 +165,7 @@ class FaultPlan:
         return fault if fault.status is not None else None
 
 
-def verb_of(method: str, name: str | None, subresource: str | None, watch: bool) -> str:
+def verb_of(method: str, name: str | None, watch: bool) -> str:
     """The API server's verb for a request (as RBAC and audit logs name it)."""
     method = method.upper()
     if method == "GET":
