@@ -12,8 +12,8 @@ import argparse
 import json
 import time
 
-from gpufleet.io.fragmentation import load_cluster
 from gpufleet.experiments.fragmentation import run_seed
+from gpufleet.io.fragmentation import load_cluster
 
 
 def main() -> None:
