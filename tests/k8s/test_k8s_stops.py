@@ -27,14 +27,15 @@ def _pdb(w: World, job: str) -> None:
     )
 
 
-def test_a_stop_survives_a_500_on_the_pod_list(make_world: Callable[..., World]) -> None:
+def test_a_stop_survives_a_500_on_its_first_write(make_world: Callable[..., World]) -> None:
     """Before: ``r.stopping`` was set before the pod list; the list failed with a 500; the retry returned
-    early because the run was "already stopping": the pod ran on, the job stayed RUNNING."""
+    early because the run was "already stopping": the pod ran on, the job stayed RUNNING. (The pods now
+    come from the informer's cache: the stop's first call is the Job's deletion.)"""
     w = make_world(duration_s=None)
     w.backend.inventory()
     w.backend.launch(w.request("long", "gpu-a"))
     w.running("long")
-    w.cluster.server.faults.add(verb="list", resource="pods", status=500, times=1)
+    w.cluster.server.faults.add(verb="delete", resource="jobs", status=500, times=1)
     w.cluster.server.faults.add(verb="create", resource="pods/eviction", status=500, times=1)
     with contextlib.suppress(Exception):
         w.backend.stop("long", 1, "preempted by urgent", grace_s=1)

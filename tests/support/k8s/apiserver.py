@@ -538,6 +538,7 @@ class KubeApiServer(kmock.KubernetesEmulator):
     _compacted_rv: int = attrs.field(default=0, init=False)
     _changed: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    _watch_epoch: int = attrs.field(default=0, init=False)  # end_watches() ends the watches of older epochs
     # container logs by pod uid and container name: (when written, the text of one line)
     _logs: dict[tuple[str, str], list[tuple[datetime.datetime, str]]] = attrs.field(factory=dict, init=False)
 
@@ -1244,14 +1245,18 @@ class KubeApiServer(kmock.KubernetesEmulator):
 
     # --- watches ------------------------------------------------------------------------------
 
-    async def events_after(self, resource_version: int, *, timeout: float | None = None) -> AsyncIterator[WatchEvent]:
-        """Every write after ``resource_version``, then live ones until ``timeout`` or :meth:`close_watches`.
+    async def events_after(
+        self, resource_version: int, *, timeout: float | None = None, endable: bool = False
+    ) -> AsyncIterator[WatchEvent]:
+        """Every write after ``resource_version``, then live ones until ``timeout`` or :meth:`close_watches`
+        (or, for a client's watch over HTTP (``endable``), :meth:`end_watches`).
 
         Raises :class:`ResourceVersionTooOld` when the history after it was compacted away.
         """
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         cursor = resource_version
+        epoch = self._watch_epoch
         while True:
             if cursor < self._compacted_rv:
                 raise ResourceVersionTooOld(cursor, self._compacted_rv + 1)
@@ -1264,7 +1269,7 @@ class KubeApiServer(kmock.KubernetesEmulator):
             for event in reversed(pending):
                 cursor = event.rv
                 yield event
-            if self._closing:
+            if self._closing or (endable and self._watch_epoch != epoch):
                 return
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
@@ -1274,6 +1279,13 @@ class KubeApiServer(kmock.KubernetesEmulator):
                     await asyncio.wait_for(waiter.wait(), timeout=remaining)
                 except TimeoutError:
                     return
+
+    def end_watches(self) -> None:
+        """End the clients' watches open now (over HTTP; the in-process kubelet and controllers keep
+        theirs), as an API server restart or a load balancer's idle timeout does; the server keeps
+        serving (clients watch again from their resourceVersion)."""
+        self._watch_epoch += 1
+        self._notify()
 
     async def close_watches(self) -> None:
         """End every open watch (call before stopping the HTTP server, or it waits for them)."""
@@ -1324,7 +1336,7 @@ class KubeApiServer(kmock.KubernetesEmulator):
                 cursor = int(since)
             try:
                 async for event in self.events_after(
-                    cursor, timeout=timeout if timeout is not None else self.default_watch_timeout_s
+                    cursor, timeout=timeout if timeout is not None else self.default_watch_timeout_s, endable=True
                 ):
                     if event.rtype != rtype:
                         continue

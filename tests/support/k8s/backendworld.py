@@ -34,6 +34,7 @@ class World:
         self.events: list[BackendEvent] = []
 
     def close(self) -> None:
+        self.backend.close()  # its informers' threads
         self.jobs.stop()
         self.client.close()  # type: ignore[no-untyped-call]
         assert not self.jobs.errors, self.jobs.errors

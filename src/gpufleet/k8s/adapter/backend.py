@@ -17,8 +17,13 @@ What it does with the contract's verbs (:mod:`gpufleet.backends.base`):
   by the kubelet); the run ends ``STOPPED`` when its pods are gone;
 - :meth:`recover` — finds a run by its Job after a restart (adopts running pods).
 
-Reads use the API's JSON (``_preload_content=False``) so the translation modules see plain dicts;
-writes send plain dicts. Everything goes through the official ``kubernetes`` client.
+Reads come from informers (:mod:`.informer`): nodes and gpufleet's pods are listed once, then
+watched; the loop reads the caches, and the API server is called to write (and to read one pod
+back after a conflict). A failed list or watch is retried with back-off and never empties a cache;
+until a cache has listed once, nothing is decided from it (no node is reported removed, no run
+ended). A pod gpufleet bound is *assumed* bound until the watch shows it (kube-scheduler's assume
+cache), so a binding is never taken back for a stale view. Writes send plain dicts. Everything goes
+through the official ``kubernetes`` client.
 """
 
 from __future__ import annotations
@@ -44,11 +49,12 @@ from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.k8s.adapter.api import call_json, with_deadline
 from gpufleet.k8s.adapter.dcgm import parse_dcgm
+from gpufleet.k8s.adapter.informer import Informer, wait_filled
 from gpufleet.k8s.adapter.nodes import node_info, unschedulable_reason
 from gpufleet.k8s.adapter.objects import batch_job, binding, eviction, job_name, pod_scheduled_false
 from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
-from gpufleet.k8s.vocabulary import KEY_JOB_ID, KEY_RUN, LABEL_ADOPTED_OWNER
-from gpufleet.model.gpu import gpu_model
+from gpufleet.k8s.vocabulary import KEY_JOB_ID, KEY_RUN, LABEL_ADOPTED_OWNER, LABEL_GPU_COUNT
+from gpufleet.model.gpu import gpu_model, split_mig_attribute
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import Node, NodePool
 from gpufleet.model.share import replicas_gpus
@@ -71,6 +77,9 @@ class KubernetesOptions:
     # DCGM exporter endpoints scraped for GPU utilization and memory per pod (Prometheus text)
     dcgm_urls: tuple[str, ...] = ()
     now: Callable[[], float] = time.time
+    # how long inventory()/recover() wait for the informers' first list before giving up (an error
+    # the loop retries: nothing is decided from an empty cache)
+    sync_timeout_s: float = 30.0
 
     def namespace(self, team: str) -> str:
         return self.namespace_of_team.get(team, team)
@@ -93,6 +102,8 @@ class _Run:
     retry_at: float = 0.0  # monotonic: no stop attempt before
     backoff_s: float = 0.0
     blocked: str | None = None  # why the last stop attempt did not get through (a PodDisruptionBudget's 429)
+    # pods bound by us whose binding the pod cache has not shown yet: name -> node (the assume cache)
+    assumed: dict[str, str] = field(default_factory=dict)
 
 
 def _retry_after(e: Exception) -> float:
@@ -113,6 +124,35 @@ def _status_message(e: Exception) -> str:
         return str(getattr(e, "reason", ""))
 
 
+def _pod_or_none(obj: dict[str, Any]) -> PodFacts | None:
+    return pod_facts(obj)
+
+
+def _job_of(pod: PodFacts) -> str | None:
+    return pod.job_id
+
+
+def _foreign_gpu_pod(obj: dict[str, Any]) -> PodFacts | None:
+    """Another scheduler's pod that holds GPUs on a node (what :meth:`foreign_usage` counts); None
+    for the rest, so the cache keeps only those."""
+    meta = obj.get("metadata") or {}
+    if (meta.get("labels") or {}).get(KEY_JOB_ID) or not (obj.get("spec") or {}).get("nodeName"):
+        return None
+    pod = pod_facts(obj)
+    return pod if pod.gpu_count and not pod.terminal and pod.node is not None else None
+
+
+def _gpus_not_advertised(obj: Mapping[str, Any], node: Node) -> bool:
+    """GPU Feature Discovery labelled GPUs the device plugin has not advertised yet (the GPU
+    Operator's usual order: the node is Ready first): no GPU pod can be admitted there yet."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    try:
+        labelled = int(labels.get(LABEL_GPU_COUNT) or 0)
+    except ValueError:
+        return False
+    return labelled > 0 and node.gpu_count == 0
+
+
 def _disrupted(pod: PodFacts) -> bool:
     """The pod was ended by a disruption (an eviction, a preemption, a node going away)."""
     c = pod.condition("DisruptionTarget")
@@ -127,7 +167,15 @@ def _mig_profile(node: Node | None, mask: int, milli: int, job_id: str) -> str:
     if not candidates:
         where = f"a {node.gpu_model}" if node is not None else "an unknown node"
         raise BackendError(f"job {job_id}: MIG slice mask {mask:#04x} is not a valid placement on {where}")
-    return next((p for p in candidates if p.milli == milli), candidates[0]).name
+    name = next((p for p in candidates if p.milli == milli), candidates[0]).name
+    advertised = {profile for profile, _ in node.gpu_facts.mig_profiles} if node is not None else set()
+    if advertised and name not in advertised:
+        # the node's slices of this geometry may carry a media extension (the device plugin's
+        # ``1g.10gb.me``): ask for the resource the node has
+        media = [p for p in sorted(advertised) if split_mig_attribute(p)[0] == name]
+        if media:
+            return media[0]
+    return name
 
 
 class KubernetesBackend:
@@ -156,6 +204,23 @@ class KubernetesBackend:
         self._notified: set[str] = set()  # nodes whose spot notice was reported
         self._cordoned: dict[str, str] = {}  # nodes that take no new work (reported NODE_CORDONED) -> why
         self.provisioner = provisioner
+        # the caches the loop reads (started by the first inventory()/poll(); stopped by close())
+        self.pod_cache: Informer[PodFacts] = Informer(
+            "gpufleet pods",
+            self.core.list_pod_for_all_namespaces,
+            _pod_or_none,
+            label_selector=KEY_JOB_ID,
+            index=_job_of,
+        )
+        self.node_cache: Informer[dict[str, Any]] = Informer("nodes", self.core.list_node, lambda obj: obj)
+        self.foreign_cache: Informer[PodFacts] = Informer(
+            "others' GPU pods",
+            self.core.list_pod_for_all_namespaces,
+            _foreign_gpu_pod,
+            label_selector=f"!{KEY_JOB_ID}",
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        )
+        self._nodes_seen = -1  # node_cache.version when node events were last worked out
         self.capabilities = Capabilities(
             frozenset(
                 {
@@ -184,27 +249,32 @@ class KubernetesBackend:
         return call_json(getattr(call, "__name__", "calling the API"), call, *args, **kwargs)
 
     def _node_objects(self) -> list[dict[str, Any]]:
-        return list(self._json(self.core.list_node).get("items", []))
+        wait_filled([self.node_cache], self.options.sync_timeout_s, "reading the nodes")
+        return self.node_cache.items()
 
     def _pods(self) -> list[PodFacts]:
-        items = self._json(self.core.list_pod_for_all_namespaces, label_selector=KEY_JOB_ID).get("items", [])
-        out = []
-        for obj in items:
-            try:
-                out.append(pod_facts(obj))
-            except GpufleetError as e:  # one bad pod must not stop the loop
-                log.warning("ignoring a pod gpufleet cannot read: %s", e)
-        return out
+        """gpufleet's pods, from the cache (waiting for its first list if need be)."""
+        wait_filled([self.pod_cache], self.options.sync_timeout_s, "reading gpufleet's pods")
+        return self.pod_cache.items()
+
+    def _node_info(self, obj: dict[str, Any]) -> Any:
+        try:
+            return node_info(obj, self.catalog)
+        except GpufleetError as e:  # one bad node must not stop the loop
+            log.warning("ignoring a node gpufleet cannot read: %s", e)
+            return None
 
     # -- the contract ------------------------------------------------------------------------------
     def inventory(self) -> list[Node]:
+        self.pod_cache.start()  # listing while the nodes are read
         nodes = []
         for obj in self._node_objects():
-            info = node_info(obj, self.catalog)
-            if info is None or not info.schedulable:
+            info = self._node_info(obj)
+            if info is None or not info.schedulable or _gpus_not_advertised(obj, info.node):
                 continue
             nodes.append(info.node)
         self._nodes = {n.name: n for n in nodes}
+        self._nodes_seen = -1
         return nodes
 
     def launch(self, req: LaunchRequest) -> RunHandle:
@@ -263,7 +333,8 @@ class KubernetesBackend:
         """A job adopted from pods someone else created (:mod:`gpufleet.k8s.adopt`): no Job
         is created; its waiting pods are marked as this run and bound by :meth:`poll` once the gang
         is complete (after a stop, its own controller may still be making the pods again)."""
-        pods = [p for p in self._pods() if p.job_id == req.job_id]
+        wait_filled([self.pod_cache], self.options.sync_timeout_s, "reading gpufleet's pods")
+        pods = self.pod_cache.by_index(req.job_id)
         if not any(not p.terminal and p.deletion_timestamp is None for p in pods):
             raise BackendError(f"job {req.job_id} ({req.labels[LABEL_ADOPTED_OWNER]}) has no pod left to run")
         run = _Run(req.job_id, req.run, pods[0].namespace, "", tuple(p.node for p in req.placement), self.options.now())
@@ -360,7 +431,7 @@ class KubernetesBackend:
                 self._retry_stop(r, retry_after)
             else:
                 r.backoff_s = 0.0
-        except (ApiException, BackendError) as e:
+        except Exception as e:  # a 5xx, a timeout, a refused connection: tried again after a back-off
             status = getattr(e, "status", None)
             log.warning("stopping %s run %d: %s (retrying)", r.job_id, r.run, f"{status} {getattr(e, 'reason', e)}")
             self._retry_stop(r, _retry_after(e) if isinstance(e, ApiException) else 0.0)
@@ -371,34 +442,51 @@ class KubernetesBackend:
         r.retry_at = time.monotonic() + max(r.backoff_s, retry_after)
 
     def _run_pods(self, r: _Run, pods: list[PodFacts] | None = None) -> list[PodFacts]:
-        pods = self._pods() if pods is None else pods
-        return sorted(
-            (p for p in pods if p.job_id == r.job_id and p.run == r.run and p.namespace == r.namespace),
-            key=lambda p: (p.completion_index if p.completion_index is not None else 0, p.name),
-        )
+        """The run's pods as the cache has them, with the bindings we made and it has not shown yet."""
+        pods = self.pod_cache.by_index(r.job_id) if pods is None else pods
+        mine = []
+        for p in pods:
+            if p.job_id != r.job_id or p.run != r.run or p.namespace != r.namespace:
+                continue
+            if p.node is not None:
+                r.assumed.pop(p.name, None)
+            elif p.name in r.assumed and not p.terminal and p.deletion_timestamp is None:
+                p = replace(p, node=r.assumed[p.name])
+            mine.append(p)
+        return sorted(mine, key=lambda p: (p.completion_index if p.completion_index is not None else 0, p.name))
 
     def poll(self) -> list[BackendEvent]:
+        """Node changes and ended runs, from the caches: only runs whose pods changed since the last
+        poll, that are being stopped or bound, or whose node went are looked at (a steady cluster
+        costs next to nothing). Until the pod cache has listed once, no run is judged."""
+        self.node_cache.start()
+        self.pod_cache.start()
         node_events = self._node_events()
         if self.provisioner is not None:  # claims that will not join under their own name
             node_events += self.provisioner.events(set(self._nodes), self.options.now())
+        if not self.pod_cache.synced():
+            return node_events
+        changed = self.pod_cache.drain_changed()
         if not self._runs:
             return node_events
         # a run placed on a node that is gone is lost (the loop requeues it) unless it ended first
         gone = {e.node for e in node_events if e.kind is EventKind.NODE_REMOVED}
-        pods = self._pods()
         events: list[BackendEvent] = []
         for key, r in list(self._runs.items()):
-            mine = self._run_pods(r, pods)
             lost = not gone.isdisjoint(r.nodes)
+            if r.bound and r.stopping is None and not lost and r.job_id not in changed and not r.assumed:
+                continue  # nothing moved
+            pods = self.pod_cache.by_index(r.job_id)
+            mine = self._run_pods(r, pods)
             if r.stopping is not None:
                 self._drive_stop(r, pods)
                 mine = self._without_strays(mine)
             elif not r.bound and not lost:
                 if not r.job:  # adopted: pods its controller made since the launch join the run
-                    self._claim(r, [p for p in pods if p.job_id == r.job_id and p.run != r.run])
+                    self._claim(r, [p for p in pods if p.run != r.run])
                 self._bind(r, mine)
                 if r.bound:
-                    continue  # the pods as listed predate their binding
+                    continue  # the pods as cached predate their binding
             ev = self._ended(r, mine)
             if ev is None and not lost:
                 continue
@@ -450,6 +538,8 @@ class KubernetesBackend:
         for pod, node in zip(waiting, r.nodes, strict=False):
             if pod.node is not None:
                 continue
+            if not self._can_admit(pod, node):
+                return  # the device plugin has not advertised the GPUs yet: a container would start without one
             try:
                 self.core.create_namespaced_pod_binding(
                     pod.name, pod.namespace, binding(pod.namespace, pod.name, node), _preload_content=False
@@ -458,10 +548,34 @@ class KubernetesBackend:
                 # A 409 is "already bound" only if the pod says so (ours, before a restart or a lost
                 # answer); a conflict on a pod still unbound is retried at the next poll.
                 if e.status == 409 and self._bound_to(pod, node):
+                    r.assumed[pod.name] = node
                     continue
                 log.warning("binding pod %s to %s: %s %s", pod.key, node, e.status, e.reason)
                 return
+            except Exception as e:  # a timeout: whether it bound is unknown; the cache will say
+                log.warning("binding pod %s to %s: %s", pod.key, node, e)
+                return
+            r.assumed[pod.name] = node
         r.bound = True
+
+    def _can_admit(self, pod: PodFacts, node: str) -> bool:
+        """The node advertises the GPU resource the pod asks for (the kubelet ignores a resource a
+        node does not list at all, so a pod bound before the device plugin registers would start
+        without its GPU)."""
+        if not pod.gpu_count or not pod.gpu_resource:
+            return True
+        obj = self.node_cache.get("", node)
+        if obj is None:
+            return True  # not in the cache (yet): the kubelet's own admission decides
+        alloc = (obj.get("status") or {}).get("allocatable") or {}
+        raw = alloc.get(pod.gpu_resource)
+        try:
+            ok = raw is not None and int(str(raw)) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            log.info("pod %s waits: node %s does not advertise %s yet", pod.key, node, pod.gpu_resource)
+        return ok
 
     def _bound_to(self, pod: PodFacts, node: str) -> bool:
         """Read the pod back after a 409 on its binding: bound (to ``node``, or elsewhere: it runs
@@ -562,21 +676,22 @@ class KubernetesBackend:
     def _node_events(self) -> list[BackendEvent]:
         now = self.options.now()
         out: list[BackendEvent] = []
-        try:
-            objs = self._node_objects()
-        except BackendError as e:
-            log.warning("listing nodes: %s", e)
-            return out
+        if not self.node_cache.synced() or self.node_cache.version == self._nodes_seen:
+            return out  # not listed yet (nothing is known, so nothing is gone), or nothing moved
+        self._nodes_seen = self.node_cache.version
+        objs = self.node_cache.items()
         # A node that stops taking work (cordoned, NotReady, a NoSchedule taint) keeps what it runs:
         # only its removal ends that work here; Kubernetes evicts pods itself (after a NoExecute
         # taint's toleration, 300 s by default; a drain) and the runs see their pods go.
         seen: dict[str, Node] = {}
         cordoned: dict[str, str] = {}
         for obj in objs:
-            info = node_info(obj, self.catalog)
+            info = self._node_info(obj)
             if info is None:
                 continue
             name = info.node.name
+            if name not in self._nodes and _gpus_not_advertised(obj, info.node):
+                continue  # still joining: its GPUs are not allocatable yet
             if info.spot_notice and name in self._nodes and name not in self._notified:
                 self._notified.add(name)
                 out.append(BackendEvent(EventKind.NODE_INTERRUPTED, now, node=name, reason=info.spot_notice))
@@ -602,17 +717,10 @@ class KubernetesBackend:
         """Whole GPUs that pods gpufleet did not place hold on each node (another scheduler's, a
         DaemonSet's): the loop keeps them out of its snapshot. A time-sliced resource counts
         ``ceil(replicas asked / replicas per GPU)`` GPUs; a MIG slice counts its GPU."""
-        resp = self._json(self.core.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded")
+        wait_filled([self.foreign_cache], self.options.sync_timeout_s, "reading others' GPU pods")
         out: dict[str, int] = {}
-        for obj in resp.get("items", []):
-            meta = obj.get("metadata") or {}
-            if (meta.get("labels") or {}).get(KEY_JOB_ID) or not (obj.get("spec") or {}).get("nodeName"):
-                continue
-            try:
-                pod = pod_facts(obj)
-            except GpufleetError:
-                continue
-            if pod.terminal or not pod.gpu_count or pod.node is None:
+        for pod in self.foreign_cache.items():
+            if pod.node is None:
                 continue
             node = self._nodes.get(pod.node)
             replicas = node.gpu_facts.replicas if node else 1
@@ -665,7 +773,9 @@ class KubernetesBackend:
         self.provisioner.release(node, now)
 
     def recover(self, job_id: str, run: int) -> Recovered:
-        pods = [p for p in self._pods() if p.job_id == job_id and p.run == run]
+        """Find a run from the pod cache (listed once for all runs, not once per run)."""
+        wait_filled([self.pod_cache], self.options.sync_timeout_s, "reading gpufleet's pods")
+        pods = [p for p in self.pod_cache.by_index(job_id) if p.run == run]
         if not pods:
             return Recovered(RecoveredState.ABSENT)
         ns = pods[0].namespace
@@ -709,6 +819,8 @@ class KubernetesBackend:
 
     def close(self) -> None:
         self._runs.clear()
+        for cache in (self.pod_cache, self.node_cache, self.foreign_cache):
+            cache.stop()
 
 
 __all__ = ["KubernetesBackend", "KubernetesOptions"]
