@@ -15,6 +15,7 @@ import pytest
 
 from gpufleet.backends.base import EventKind, RecoveredState
 from gpufleet.k8s.adapter.backend import KubernetesBackend
+from gpufleet.scheduling.framework import Code, Status, WaitKind
 from tests.support.k8s.backendworld import NS, World, ended
 from tests.support.k8s.kubelet import taint_disrupted
 
@@ -100,7 +101,10 @@ def test_a_restarted_backend_adopts_a_running_run(make_world: Callable[..., Worl
     assert fresh.recover("nosuch", 1).state is RecoveredState.ABSENT
 
 
-def test_waiting_pods_say_why_for_kubectl_describe_and_karpenter(make_world: Callable[..., World]) -> None:
+def test_waiting_pods_say_why_and_only_capacity_waits_ask_an_autoscaler(make_world: Callable[..., World]) -> None:
+    """Issue 22, observation 9: a quota wait was written ``Unschedulable``, which Karpenter (it ignores
+    ``schedulerName``) provisions for. Only a capacity wait is; gpufleet's own holds are
+    ``SchedulingGated`` (k8s/adapter/waiting.py)."""
     w = make_world()
     pod = {
         "apiVersion": "v1",
@@ -114,16 +118,26 @@ def test_waiting_pods_say_why_for_kubectl_describe_and_karpenter(make_world: Cal
         "spec": {"schedulerName": "gpufleet", "containers": [{"name": "main", "image": "acme/x:1"}]},
     }
     w.core.create_namespaced_pod(NS, pod)
-    assert w.backend.report_waiting({"jw": "quota: team alpha is at its 8 GPUs"}) == 1
-    (got,) = w.pods("jw")
-    cond = next(c for c in got["status"]["conditions"] if c["type"] == "PodScheduled")
-    assert (cond["status"], cond["reason"], cond["message"]) == (
-        "False",
-        "Unschedulable",
-        "quota: team alpha is at its 8 GPUs",
-    )
-    assert w.backend.report_waiting({"jw": "quota: team alpha is at its 8 GPUs"}) == 0  # unchanged: no write
-    assert w.backend.report_waiting({"other": "x"}) == 0
+    quota = Status(Code.UNSCHEDULABLE, "quota: team alpha is at its 8 GPUs", WaitKind.QUOTA)
+    capacity = Status(Code.UNSCHEDULABLE, "no node has 8 free A100-80GB", WaitKind.CAPACITY)
+
+    def condition() -> tuple[str, str, str]:
+        (got,) = w.pods("jw")
+        cond = next(c for c in got["status"]["conditions"] if c["type"] == "PodScheduled")
+        return (cond["status"], cond["reason"], cond["message"])
+
+    def cached(reason: str) -> bool:
+        (p,) = w.backend.pod_cache.by_index("jw")
+        c = p.condition("PodScheduled")
+        return c is not None and c.reason == reason
+
+    assert w.backend.report_waiting({"jw": quota}) == 1
+    assert condition() == ("False", "SchedulingGated", "quota: team alpha is at its 8 GPUs")
+    w.cluster.wait_for(lambda: cached("SchedulingGated"), timeout=10, what="the condition in the cache")
+    assert w.backend.report_waiting({"jw": quota}) == 0  # unchanged: no write
+    assert w.backend.report_waiting({"other": quota}) == 0
+    assert w.backend.report_waiting({"jw": capacity}) == 1
+    assert condition() == ("False", "Unschedulable", "no node has 8 free A100-80GB")
 
 
 def test_dcgm_exporter_samples_are_attributed_to_the_jobs_of_the_pods(make_world: Callable[..., World]) -> None:
@@ -165,7 +179,8 @@ def test_dcgm_exporter_samples_are_attributed_to_the_jobs_of_the_pods(make_world
         w.backend.options = KubernetesOptions(
             dcgm_urls=(f"http://127.0.0.1:{srv.server_address[1]}/metrics", "http://127.0.0.1:1/metrics")
         )  # the second is down
-        (g,) = w.backend.telemetry()
+        # read in the background: the first calls may have nothing yet (never a wait in the step)
+        (g,) = w.cluster.wait_for(w.backend.telemetry, timeout=10, interval=0.1, what="a DCGM sample")
         assert (g.node, g.gpu_index, g.utilization_pct) == ("gpu-a", 0, 87.0)
         assert g.job_memory_mib == {"hot": 30000.0} and g.memory_total_mib == pytest.approx(81920.0)
     finally:

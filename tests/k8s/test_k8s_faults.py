@@ -86,3 +86,91 @@ def test_a_409_on_binding_is_resolved_by_reading_the_pod(make_world: Callable[..
     assert sum(w.jobs.created.values()) == 2  # one pod each: no run was lost and made again
     for job in ("b1", "b2"):
         assert [p["spec"]["nodeName"] for p in w.pods(job)] == ["gpu-a"]
+
+
+def _foreign_pod_holding_every_gpu(w: World) -> None:
+    """Another scheduler's pod bound to gpu-a with all 8 GPUs (gpufleet's view has not seen it yet)."""
+    w.core.create_namespaced_pod(
+        NS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "someone-elses"},
+            "spec": {
+                "nodeName": "gpu-a",
+                "containers": [{"name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+            },
+        },
+    )
+
+
+# a node the kubelet will not admit gpufleet's pod on, and the kubelet's reason
+REJECTIONS: dict[str, tuple[Callable[[World], object], str]] = {
+    "an untolerated NoExecute taint": (
+        lambda w: w.core.patch_node(
+            "gpu-a", {"spec": {"taints": [{"key": "example.com/reserved", "value": "batch", "effect": "NoExecute"}]}}
+        ),
+        "TaintToleration",
+    ),
+    "every GPU held by another scheduler's pod": (_foreign_pod_holding_every_gpu, "OutOfnvidia.com/gpu"),
+}
+
+
+@pytest.mark.parametrize("case", list(REJECTIONS))
+def test_a_pod_the_kubelet_rejects_goes_back_to_the_queue_with_the_kubelets_reason(
+    make_world: Callable[..., World], case: str
+) -> None:
+    """Observation 7: a kubelet admission rejection became a permanent FAILED with the reason "pod …
+    failed". Nothing of the job ran: the run is lost (the loop requeues the job), and says why."""
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    change, reason = REJECTIONS[case]
+    change(w)
+    w.backend.launch(w.request("refused", "gpu-a"))
+    events = w.until(lambda evs: any(e.job_id == "refused" for e in evs), timeout=20)
+    ev = next(e for e in events if e.job_id == "refused")
+    assert ev.kind is EventKind.LOST, ev
+    assert reason in ev.reason and "rejected" in ev.reason
+
+
+def test_gpus_the_device_plugin_advertises_after_the_node_is_ready_are_seen(make_world: Callable[..., World]) -> None:
+    """Observation 8: the GPU Operator's usual order is Ready first, GPUs allocatable later; the node
+    was added with 0 GPUs and stayed so in the leader until a restart. Now a node whose GPUs are
+    labelled but not advertised is still joining; it is added, with its GPUs, once they are."""
+    from tests.support.k8s.kubelet import gpu_node
+
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    body = gpu_node("gpu-c")
+    for part in ("capacity", "allocatable"):
+        body["status"][part].pop("nvidia.com/gpu")
+    w.core.create_node(body)
+    early: list[BackendEvent] = []
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        early += w.backend.poll()
+        time.sleep(0.05)
+    assert not [e for e in early if e.node == "gpu-c"], early  # before: added at once with 0 GPUs
+    w.core.patch_node_status(
+        "gpu-c", {"status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}}
+    )
+    events = w.until(lambda evs: any(e.kind is EventKind.NODE_ADDED and e.node == "gpu-c" for e in evs))
+    assert [e.kind for e in events if e.node == "gpu-c"] == [EventKind.NODE_ADDED]
+    node = w.backend.node("gpu-c")
+    assert node is not None and node.gpu_count == 8
+
+
+def test_a_node_tainted_while_known_is_a_change_the_loop_places_by(make_world: Callable[..., World]) -> None:
+    """A taint (or label) put on a node the loop already knows used to reach placement only after a
+    restart; now it is a NODE_CHANGED event and the node carries it (what runs there stays)."""
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    w.backend.launch(w.request("stays", "gpu-b"))
+    w.running("stays")
+    w.core.patch_node("gpu-b", {"spec": {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}})
+    events = w.until(lambda evs: any(e.kind is EventKind.NODE_CHANGED and e.node == "gpu-b" for e in evs))
+    node = w.backend.node("gpu-b")
+    assert node is not None and [(t.key, t.value, t.effect) for t in node.taints] == [
+        ("dedicated", "infer", "NoSchedule")
+    ]
+    assert not _losses(events, "stays") and not _node_removed(events, "gpu-b")

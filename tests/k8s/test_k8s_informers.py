@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufleet.backends.base import EventKind, RecoveredState
-from gpufleet.k8s.adapter.backend import KubernetesBackend
-from tests.support.k8s.backendworld import World, ended
+from gpufleet.k8s.adapter.backend import KubernetesBackend, KubernetesOptions
+from tests.support.k8s.backendworld import NS, World, ended
 
 
 def _reads(client: Any) -> list[str]:
@@ -143,3 +143,26 @@ def test_a_binding_the_cache_has_not_shown_yet_is_not_a_lost_run(make_world: Cal
     assert [e for e in events if e.job_id == "lagged"] == []
     assert len(plan.seen(verb="create", resource="pods/binding")) == 1
     w.running("lagged")
+
+
+def _jobs(w: World) -> list[str]:
+    import kubernetes.client
+
+    return [j.metadata.name for j in kubernetes.client.BatchV1Api(w.client).list_namespaced_job(NS).items]
+
+
+def test_a_finished_run_leaves_no_job_behind_once_its_end_was_reported(make_world: Callable[..., World]) -> None:
+    """Observation 11: succeeded Jobs were never deleted, so every list (and now every watch cache)
+    grew for ever. A run's Job goes ``keep_finished_s`` after the poll that reported its end (the
+    loop has stored the end by then; the pods' logs stay readable meanwhile)."""
+    w = make_world(duration_s=0.3)
+    w.backend.options = KubernetesOptions(keep_finished_s=0.5)  # (default: 10 minutes, for the logs)
+    w.backend.inventory()
+    w.backend.launch(w.request("done", "gpu-a"))
+    w.until(ended("done", EventKind.SUCCEEDED), timeout=30)
+    assert _jobs(w) == ["gf-done-r1"]  # its end was just reported: kept a while (its logs)
+    w.backend.poll()
+    assert _jobs(w) == ["gf-done-r1"]
+    time.sleep(0.6)
+    w.backend.poll()
+    w.cluster.wait_for(lambda: _jobs(w) == [] and w.pods("done") == [], timeout=10, what="the Job and its pod gone")

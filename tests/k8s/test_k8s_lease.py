@@ -1,6 +1,8 @@
 """Leader election through a ``coordination.k8s.io/v1`` Lease, against the test API server
 (``tests/k8s``: kmock 0.8 with compare-and-swap on ``resourceVersion``). Each replica's clock is a
-fake monotonic one, so expiry is decided as the code decides it: by what a replica observed."""
+fake monotonic one, so expiry is decided as the code decides it: by what a replica observed; the
+renewals the renew thread would make are made here by hand (:meth:`LeaseLeadership.renew`). The
+renew thread, the fence and the partition are in ``tests/k8s/test_k8s_leader_fencing.py``."""
 
 from __future__ import annotations
 
@@ -35,7 +37,15 @@ def api(k8s_cluster: Cluster) -> Any:
 
 def _replica(api: Any, name: str, clock: Clock) -> LeaseLeadership:
     return LeaseLeadership(
-        api, NS, "gpufleet-scheduler", name, lease_duration_s=15, renew_deadline_s=10, renew_every_s=2, monotonic=clock
+        api,
+        NS,
+        "gpufleet-scheduler",
+        name,
+        lease_duration_s=15,
+        renew_deadline_s=10,
+        renew_every_s=2,
+        monotonic=clock,
+        renew_in_background=False,
     )
 
 
@@ -48,7 +58,7 @@ def test_a_renewing_leader_keeps_the_lease(api: Any) -> None:
     for _ in range(10):  # 30 s: a renews every 3 s; b keeps seeing the record change and waits
         ca.t += 3
         cb.t += 3
-        assert a.still_held()
+        assert a.renew() and a.still_held()
         assert not b.try_acquire()
 
 
@@ -62,7 +72,8 @@ def test_a_silent_leader_loses_the_lease_and_steps_down_before_it_can_be_taken(a
     ca.t += 12
     cb.t += 12
     a.api = None  # every call of a's now fails, as a partitioned replica's would
-    assert not a.still_held()
+    assert not a.renew()
+    assert not a.still_held() and a.write_window() <= 0
     assert not b.try_acquire()
     cb.t += 4  # 16 s unchanged: expired as b sees it
     assert b.try_acquire()
@@ -95,3 +106,64 @@ def test_of_racing_replicas_exactly_one_wins(api: Any) -> None:
         t.join(20)
     assert len(won) == 1
     assert api.read_namespaced_lease("gpufleet-scheduler", NS).spec.holder_identity == won[0]
+
+
+class NoCalls:
+    """An API that fails the test if called: what still_held and write_window must not do."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"{name} called: still_held/write_window must do no I/O")
+
+
+@pytest.mark.parametrize(
+    ("after_s", "held", "window_s"),
+    [
+        (0.0, True, 14.0),  # sent + 15 s lease - 1 s margin
+        (6.0, True, 8.0),
+        (9.9, True, 4.1),  # a write started just before the renew deadline may still take 4.1 s
+        (10.0, False, 0.0),  # the renew deadline: stepping down, no write
+        (14.5, False, 0.0),
+    ],
+    ids=["just-renewed", "midway", "before-the-deadline", "at-the-deadline", "past-it"],
+)
+def test_still_held_and_the_write_window_follow_the_last_renewal_without_io(
+    api: Any, after_s: float, held: bool, window_s: float
+) -> None:
+    clock = Clock()
+    a = _replica(api, "a", clock)
+    assert a.try_acquire()
+    a.api = NoCalls()
+    clock.t += after_s
+    assert a.still_held() is held
+    assert a.write_window() == pytest.approx(window_s)
+
+
+def test_the_window_closes_on_release(api: Any) -> None:
+    a = _replica(api, "a", Clock())
+    assert a.try_acquire() and a.write_window() > 0
+    a.release()
+    assert a.write_window() == 0.0 and not a.still_held()
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"lease_duration_s": 0.5, "renew_deadline_s": 0.3, "renew_every_s": 0.1}, "lease_duration_s"),
+        ({"lease_duration_s": 15, "renew_deadline_s": 15, "renew_every_s": 2}, "renew_deadline_s"),
+        ({"lease_duration_s": 15, "renew_deadline_s": 10, "renew_every_s": 0}, "renew_every_s"),
+        ({"lease_duration_s": 15.9, "renew_deadline_s": 15.5, "renew_every_s": 2}, "renew_deadline_s"),
+        ({"lease_duration_s": 15, "renew_deadline_s": 10, "renew_every_s": 2, "fence_margin_s": 5}, "fence_margin_s"),
+        ({"lease_duration_s": 15, "renew_deadline_s": 10, "renew_every_s": 2, "fence_margin_s": -1}, "fence_margin_s"),
+    ],
+    ids=[
+        "lease-under-a-second",
+        "deadline-not-under-lease",
+        "no-renew-period",
+        "whole-seconds",
+        "margin-too-big",
+        "negative-margin",
+    ],
+)
+def test_bad_timings_are_refused_naming_the_setting(options: dict[str, float], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        LeaseLeadership(None, NS, "gpufleet-scheduler", "a", **options)  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ from gpufleet.model.node import CapacityType, Node, SharingMode
 from gpufleet.scheduling.profile import load_profile
 from tests.support.k8s.cluster import Cluster
 from tests.support.k8s.crdcheck import CRDS, check_cel, validate_crd
+from tests.support.k8s.informers import settled_poll
 from tests.support.k8s.jobcontroller import JobController
 from tests.support.k8s.kubelet import KubeletConfig
 
@@ -308,10 +309,12 @@ def test_provision_of_an_unknown_pool_creates_nothing(fleet: Fleet) -> None:
 
 
 @pytest.fixture
-def backend(fleet: Fleet) -> KubernetesBackend:
-    return KubernetesBackend(
+def backend(fleet: Fleet) -> Iterator[KubernetesBackend]:
+    b = KubernetesBackend(
         fleet.client, fleet.catalog, KubernetesOptions(now=lambda: fleet.clock[0]), provisioner=fleet.prov
     )
+    yield b
+    b.close()  # its informers
 
 
 def test_the_backend_with_a_provisioner_can_autoscale(fleet: Fleet, backend: KubernetesBackend) -> None:
@@ -330,9 +333,9 @@ def test_the_backend_with_a_provisioner_can_autoscale(fleet: Fleet, backend: Kub
 
 def test_a_node_named_like_its_claim_is_reported_added(fleet: Fleet, backend: KubernetesBackend) -> None:
     fleet.cluster.add_gpu_node("gpu-a")
-    assert [e.node for e in backend.poll()] == ["gpu-a"]
+    assert [e.node for e in settled_poll(backend, fleet.core)] == ["gpu-a"]
     (node,) = backend.provision("gpu-train_p5.48xlarge_spot", 1, fleet.clock[0])
-    assert backend.poll() == [] and fleet.prov.claims_ready() == []
+    assert settled_poll(backend, fleet.core) == [] and fleet.prov.claims_ready() == []
     fleet.join(
         node.name,
         node.pool,
@@ -341,27 +344,27 @@ def test_a_node_named_like_its_claim_is_reported_added(fleet: Fleet, backend: Ku
         capacity_type="spot",
         ready=False,
     )
-    assert backend.poll() == [] and fleet.prov.claims_ready() == []  # not Ready yet
+    assert settled_poll(backend, fleet.core) == [] and fleet.prov.claims_ready() == []  # not Ready yet
     fleet.core.patch_node_status(node.name, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
-    events = backend.poll()
+    events = settled_poll(backend, fleet.core)
     assert [(e.kind, e.node) for e in events] == [(EventKind.NODE_ADDED, node.name)]
     assert fleet.prov.claims_ready() == [node.name]
     seen = backend.node(node.name)
     assert seen is not None and seen.pool == node.pool  # the claim's gpufleet.io/pool label, copied
     assert (seen.gpu_model, seen.gpu_count, seen.capacity_type) == ("H100-80GB", 8, CapacityType.SPOT)
     assert seen.hourly_price_usd == pytest.approx(node.hourly_price_usd)
-    assert backend.poll() == []
+    assert settled_poll(backend, fleet.core) == []
 
 
 def test_a_claim_that_never_launches_is_reported_removed(fleet: Fleet, backend: KubernetesBackend) -> None:
     """Karpenter deletes a claim it cannot launch (no capacity): the provisioned node is gone."""
     (node,) = backend.provision("gpu-train_p5.48xlarge_spot", 1, fleet.clock[0])
-    assert backend.poll() == []
+    assert settled_poll(backend, fleet.core) == []
     fleet.custom.delete_cluster_custom_object(G, V, "nodeclaims", node.name)
-    events = backend.poll()
+    events = settled_poll(backend, fleet.core)
     assert [(e.kind, e.node) for e in events] == [(EventKind.NODE_REMOVED, node.name)]
     assert "deleted before its node joined" in events[0].reason
-    assert backend.poll() == []
+    assert settled_poll(backend, fleet.core) == []
 
 
 def test_a_node_named_after_its_host_replaces_the_claims_placeholder(fleet: Fleet, backend: KubernetesBackend) -> None:
@@ -369,9 +372,9 @@ def test_a_node_named_after_its_host_replaces_the_claims_placeholder(fleet: Flee
     (node,) = backend.provision("gpu-train_p4d.24xlarge_on-demand", 1, fleet.clock[0])
     host = "ip-10-0-17-4.ec2.internal"
     fleet.custom.patch_cluster_custom_object_status(G, V, "nodeclaims", node.name, {"status": {"nodeName": host}})
-    assert backend.poll() == []
+    assert settled_poll(backend, fleet.core) == []
     fleet.join(host, node.pool, product="NVIDIA-A100-SXM4-40GB", gpu_memory_mib=40960, instance_type="p4d.24xlarge")
-    events = backend.poll()
+    events = settled_poll(backend, fleet.core)
     assert [(e.kind, e.node) for e in events] == [(EventKind.NODE_ADDED, host), (EventKind.NODE_REMOVED, node.name)]
     assert fleet.prov.claims_ready() == [node.name]
     real = backend.node(host)
@@ -390,7 +393,7 @@ def test_release_deletes_the_claim(fleet: Fleet, backend: KubernetesBackend) -> 
     assert [c["metadata"]["name"] for c in fleet.claims()] == [b.name]
     backend.release(a.name, fleet.clock[0])  # again: nothing left to do
     assert [c["metadata"]["name"] for c in fleet.claims()] == [b.name]
-    assert backend.poll() == []  # a released claim is not reported as lost
+    assert settled_poll(backend, fleet.core) == []  # a released claim is not reported as lost
 
 
 def test_a_node_gpufleet_did_not_provision_is_never_released(

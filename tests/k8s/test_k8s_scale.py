@@ -40,7 +40,6 @@ Karpenter itself (played here), and the real garbage collectors (the parts neede
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import random
@@ -61,16 +60,15 @@ from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.ledger import SHARE_UNITS
 from gpufleet.io.catalog import load_catalog
 from gpufleet.k8s.adapter.backend import KubernetesBackend, KubernetesOptions
-from gpufleet.k8s.adapter.nodes import node_info
 from gpufleet.k8s.adapter.objects import job_name
-from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
+from gpufleet.k8s.adapter.pods import PodFacts
 from gpufleet.k8s.adopt import PodAdopter
 from gpufleet.k8s.vocabulary import LABEL_ADOPTED_OWNER
-from gpufleet.loop.metering import share_units
+from gpufleet.model.job import GpuRequest
 from gpufleet.model.quota import Quota
+from gpufleet.model.share import landed_units
 from gpufleet.scheduling.profile import Profile
 from gpufleet.scheduling.quota import QuotaPolicy
-from gpufleet.scheduling.usage import UsageTracker
 from gpufleet.services import jobs as control_jobs
 from gpufleet.services.submit import prepare_submit
 from gpufleet.store import repo
@@ -78,16 +76,13 @@ from gpufleet.store.db import Database
 from gpufleet.store.models import JobEventRow, JobRow, RunRow, UsageSegmentRow
 from gpufleet.wire import JobSubmit, Role
 from tests.support.k8s import apiserver
-from tests.support.k8s.apiserver import NODES, PODS, WatchEvent
 from tests.support.k8s.cluster import Cluster
+from tests.support.k8s.fleetrun import NodeShape, Recorder, pod_units, replay, story
+from tests.support.k8s.fleetrun import ended as _ended
+from tests.support.k8s.fleetrun import kwok_webhook as _kwok_webhook
+from tests.support.k8s.fleetrun import phase as _phase
 from tests.support.k8s.jobcontroller import JobController
-from tests.support.k8s.kubelet import (
-    CHECKPOINT_ANNOTATION,
-    DURATION_ANNOTATION,
-    EXIT_CODE_ANNOTATION,
-    KubeletConfig,
-    taint_disrupted,
-)
+from tests.support.k8s.kubelet import DURATION_ANNOTATION, KubeletConfig, taint_disrupted
 
 pytestmark = pytest.mark.slow
 
@@ -135,13 +130,6 @@ NODE_SPECS: dict[str, dict[str, Any]] = {
 }
 STORM = ("spot-1", "spot-2", "spot-3")  # 30 % of the nodes
 WAVE_2 = range(170, 188)  # of the API jobs: high priority, submitted once the spot nodes are busy
-
-# The "webhook": a job's KWOK_* environment variables become the kubelet stand-in's annotations.
-ENV_ANNOTATIONS = {
-    "KWOK_DURATION_S": DURATION_ANNOTATION,
-    "KWOK_EXIT_CODE": EXIT_CODE_ANNOTATION,
-    "KWOK_CHECKPOINT_S": CHECKPOINT_ANNOTATION,
-}
 
 
 # -- the workload -----------------------------------------------------------------------------------
@@ -254,240 +242,7 @@ def workload() -> list[Plan]:
     return _api_plans(rng, TOTAL_JOBS - ADOPTED) + _adopted_plans(rng, ADOPTED)
 
 
-# -- the substrate's extras: the "webhook" and the recorder -----------------------------------------
-
-
-def _kwok_webhook(original: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
-    def default_pod(pod: dict[str, Any]) -> None:
-        original(pod)
-        annotations = pod.setdefault("metadata", {}).setdefault("annotations", {})
-        for container in (pod.get("spec") or {}).get("containers") or []:
-            for env in container.get("env") or []:
-                key = ENV_ANNOTATIONS.get(env.get("name", ""))
-                if key is not None:
-                    annotations.setdefault(key, str(env.get("value", "")))
-
-    return default_pod
-
-
-class Recorder:
-    """Every pod and node write, in resourceVersion order, from inside the API server (the events a
-    watch from the start would get; the objects are the server's copies, never changed after).
-
-    It also plays two parts of kube-controller-manager the substrate lacks: the garbage collector
-    (a pod created for a Job that is already gone — the Job controller's sync raced the Job's
-    deletion — has a dangling owner and is deleted) and the pod garbage collector (a pod bound to a
-    Node that is gone is force-deleted)."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.events: list[tuple[float, WatchEvent]] = []
-        self.errors: list[BaseException] = []
-        self.collected: list[str] = []  # pods deleted for a dangling owner
-        self.orphans: list[str] = []  # pods force-deleted for a node that is gone
-
-    def start(self) -> None:
-        server = self.cluster.server
-
-        def spawn() -> None:  # on the cluster's loop: no write can come between the version and the task
-            asyncio.get_running_loop().create_task(self._run(server, server.resource_version), name="recorder")
-
-        self.cluster.call(spawn)
-
-    async def _run(self, server: apiserver.KubeApiServer, since: int) -> None:
-        jobs_gone: set[str] = set()
-        nodes_gone: set[str] = set()
-        try:
-            async for ev in server.events_after(since):
-                if ev.rtype is apiserver.JOBS and ev.type == "DELETED":
-                    jobs_gone.add(ev.obj["metadata"]["uid"])
-                if ev.rtype is not PODS and ev.rtype is not NODES:
-                    continue
-                self.events.append((time.time(), ev))
-                meta = ev.obj["metadata"]
-                if ev.rtype is NODES:
-                    if ev.type == "DELETED":
-                        nodes_gone.add(meta["name"])
-                        for pod in server.list_objects(PODS, field_selector=f"spec.nodeName={meta['name']}"):
-                            self._orphaned(server, pod)
-                    continue
-                if ev.type == "DELETED":
-                    continue
-                owners = [r["uid"] for r in meta.get("ownerReferences") or [] if r.get("controller")]
-                if ev.type == "ADDED" and owners and owners[0] in jobs_gone:
-                    server.delete_object(PODS, meta["namespace"], meta["name"], {"propagationPolicy": "Background"})
-                    self.collected.append(f"{meta['namespace']}/{meta['name']}")
-                elif ev.obj["spec"].get("nodeName") in nodes_gone:
-                    self._orphaned(server, ev.obj)
-        except Exception as e:  # fell behind the retained history: the checks would be blind
-            self.errors.append(e)
-
-    def _orphaned(self, server: apiserver.KubeApiServer, pod: dict[str, Any]) -> None:
-        """The pod garbage collector: a pod bound to a Node that is gone is force-deleted. (It deletes
-        finished ones too, once the Job controller has counted them through its tracking finalizer;
-        the stand-in Job controller has none and would make them again, so those are left.)"""
-        if _ended(pod):
-            return
-        meta = pod["metadata"]
-        server.delete_object(PODS, meta["namespace"], meta["name"], {"gracePeriodSeconds": 0})
-        self.orphans.append(f"{meta['namespace']}/{meta['name']}")
-
-
-# -- the replay of the API's history ------------------------------------------------------------------
-
-
-@dataclass
-class NodeShape:
-    model: str
-    replicas: int
-    allocatable: dict[str, int]  # GPU resources
-
-
-@dataclass
-class Replay:
-    violations: list[str] = field(default_factory=list)
-    last: dict[str, PodFacts] = field(default_factory=dict)  # pod uid → its last state
-    ever_bound: dict[str, str] = field(default_factory=dict)  # pod uid → node
-    created: int = 0
-    peak_pods: int = 0
-    peak_team_milli: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    shapes: dict[str, NodeShape] = field(default_factory=dict)
-    deleted_at: dict[str, float] = field(default_factory=dict)  # pod uid → when it was deleted
-    nodes_seen_busy: Counter[str] = field(default_factory=Counter)  # node → pods that ran there
-
-
-def _gpu_resources(obj: dict[str, Any]) -> dict[str, int]:
-    alloc = (obj.get("status") or {}).get("allocatable") or {}
-    return {k: int(v) for k, v in alloc.items() if k.startswith("nvidia.com/")}
-
-
-def pod_milli(p: PodFacts, shape: NodeShape) -> int:
-    """What the pod holds in gpufleet's quota units (milli-GPU of the node's model)."""
-    req = p.gpu_request(shape.replicas, shape.model)
-    return req.count * req.milli
-
-
-def pod_units(p: PodFacts, shape: NodeShape) -> int:
-    """What the pod holds in the ledger's units (1/7000 GPU)."""
-    return share_units(p.gpu_request(shape.replicas, shape.model), shape.model)
-
-
-def replay(events: list[tuple[float, WatchEvent]], quotas: QuotaPolicy, catalog: PriceCatalog) -> Replay:
-    """Apply the writes in order; after each, check node capacity and quotas where it changed."""
-    out = Replay()
-    live_nodes: set[str] = set()
-    pods: dict[str, PodFacts] = {}
-    usage = UsageTracker()
-    held: dict[str, tuple[str, str, int]] = {}  # pod uid → (team, model, milli) while it holds GPUs
-    models: set[str] = set()
-
-    def holds(p: PodFacts) -> bool:
-        return p.node is not None and p.node in live_nodes and not p.terminal and p.gpu_count > 0
-
-    def check_node(node: str, rv: int) -> None:
-        shape = out.shapes.get(node)
-        if shape is None or node not in live_nodes:
-            return
-        used: Counter[str] = Counter()
-        on_node = [q for q in pods.values() if q.node == node and holds(q) and q.gpu_resource is not None]
-        for q in on_node:
-            assert q.gpu_resource is not None
-            used[q.gpu_resource] += q.gpu_count
-        for resource, n in used.items():
-            if n > shape.allocatable.get(resource, 0):
-                out.violations.append(
-                    f"rv {rv}: node {node} has {n} {resource} bound to running pods, allocatable "
-                    f"{shape.allocatable.get(resource, 0)}: "
-                    f"{[(q.name, q.gpu_count, q.phase, q.deletion_timestamp is not None) for q in on_node]}"
-                )
-
-    for t, ev in events:
-        obj = ev.obj
-        name = obj["metadata"]["name"]
-        if ev.rtype is NODES:
-            if ev.type == "DELETED":
-                live_nodes.discard(name)
-            else:
-                info = node_info(obj, catalog)
-                assert info is not None, name
-                out.shapes[name] = NodeShape(
-                    info.node.gpu_model,
-                    info.node.gpu_facts.replicas,
-                    _gpu_resources(obj),
-                )
-                models.add(info.node.gpu_model)
-                live_nodes.add(name)
-            continue
-        p = pod_facts(obj)
-        if ev.type == "ADDED":
-            out.created += 1
-        out.last[p.uid] = p
-        if p.node is not None:
-            out.ever_bound.setdefault(p.uid, p.node)
-        if ev.type == "DELETED":
-            pods.pop(p.uid, None)
-            out.deleted_at[p.uid] = t
-        else:
-            pods[p.uid] = p
-        before = held.pop(p.uid, None)
-        if before is not None:
-            usage.remove(before[0], before[1], before[2], 0, 0, 0.0)
-        if ev.type != "DELETED" and holds(p):
-            assert p.node is not None
-            shape = out.shapes[p.node]
-            now_held = (p.team, shape.model, pod_milli(p, shape))
-            held[p.uid] = now_held
-            usage.add(now_held[0], now_held[1], now_held[2], 0, 0, 0.0)
-            if before is None:
-                out.nodes_seen_busy[p.node] += 1
-        if before is None and p.uid not in held:
-            continue  # nothing held changed
-        out.peak_pods = max(out.peak_pods, len(held))
-        for team, u in usage.teams.items():
-            out.peak_team_milli[team] = max(out.peak_team_milli[team], u.total_gpu_milli)
-        bad = quotas.holds(usage, sorted(models))
-        if bad:
-            out.violations.append(f"rv {ev.rv} ({ev.type} pod {p.key} on {p.node}): quota broken: {bad}")
-        if p.node is not None:
-            check_node(p.node, ev.rv)
-    return out
-
-
-def story(events: list[tuple[float, WatchEvent]], job_id: str, t0: float) -> list[str]:
-    """What the API saw of one job's pods, change by change (for failure messages)."""
-    out: list[str] = []
-    seen: dict[str, tuple[Any, ...]] = {}
-    for t, ev in events:
-        if ev.rtype is not PODS:
-            continue
-        meta = ev.obj["metadata"]
-        if (meta.get("annotations") or {}).get("gpufleet.io/job-id") != job_id:
-            continue
-        status = ev.obj.get("status") or {}
-        disrupted = any(c.get("type") == "DisruptionTarget" for c in status.get("conditions") or [])
-        state = (
-            ev.type,
-            ev.obj["spec"].get("nodeName"),
-            status.get("phase"),
-            bool(meta.get("deletionTimestamp")),
-            (meta.get("annotations") or {}).get("gpufleet.io/run"),
-            disrupted,
-        )
-        if seen.get(meta["uid"]) != state:
-            seen[meta["uid"]] = state
-            out.append(f"{t - t0:.1f}s {meta['name']} {'/'.join(str(x) for x in state)}")
-    return out
-
-
 # -- the world ------------------------------------------------------------------------------------------
-
-
-def _phase(pod: dict[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def _ended(pod: dict[str, Any]) -> bool:
-    return _phase(pod) in ("Succeeded", "Failed")
 
 
 class Fleet:
@@ -536,7 +291,7 @@ class Fleet:
         )
         backend = self.backend  # as build_server adds it: waiting pods say why
         self.ctl.periodic.append(
-            Periodic("pod conditions", 5.0, lambda now: backend.report_waiting(self.ctl.loop.waiting))
+            Periodic("pod conditions", 5.0, lambda now: backend.report_waiting(self.ctl.loop.waiting_statuses))
         )
 
     def submit(self, plan: Plan) -> str:
@@ -638,6 +393,15 @@ def _quota_policy() -> QuotaPolicy:
         Quota(team, {"*": gpus * 1000}, cohort, None if limit is None else limit * 1000)
         for team, (gpus, cohort, limit) in TEAMS.items()
     )
+
+
+def held_units(q: PodFacts, shape: NodeShape, row: Any) -> int:
+    """What a pod holds in the ledger's units: a fraction gpufleet placed on a node whose GPUs are
+    replicas holds its reservation (its pod asks one replica; the scheduler kept ``max(milli, 1000 //
+    R)`` of the GPU for it: :func:`gpufleet.model.share.landed_units`); any other pod what it asks."""
+    if LABEL_ADOPTED_OWNER not in (row.labels or {}) and shape.replicas > 1 and 0 < row.gpu_milli < 1000:
+        return landed_units(GpuRequest(1, row.gpu_milli), shape.model, row.labels or {}, shape.replicas)
+    return pod_units(q, shape)
 
 
 def test_two_hundred_jobs_with_preemption_adoption_and_a_spot_storm(
@@ -841,7 +605,7 @@ def test_two_hundred_jobs_with_preemption_adoption_and_a_spot_storm(
         end = max(e for e in ends.values() if e is not None)
         units: Counter[str] = Counter()
         for q in ran:
-            units[r.ever_bound[q.uid]] += pod_units(q, r.shapes[r.ever_bound[q.uid]])
+            units[r.ever_bound[q.uid]] += held_units(q, r.shapes[r.ever_bound[q.uid]], row)
         seg_units = {node: u for node, u, _, _ in segs}
         adopted_on_shared += LABEL_ADOPTED_OWNER in (row.labels or {}) and any(r.shapes[n].replicas > 1 for n in units)
         whole_on_shared = row.gpu_milli == 1000 and any(r.shapes[n].replicas > 1 for n in units)
@@ -870,7 +634,10 @@ def test_two_hundred_jobs_with_preemption_adoption_and_a_spot_storm(
             continue  # held as whole GPUs, not as the replicas its pod was given: not in the GPU-seconds sum
         gpu_s_ledger += sum((s1 - s0) * u for _, u, s0, s1 in segs) / SHARE_UNITS
         gpu_s_pods += (
-            sum(((ends[q.uid] or 0) - (q.started_at or 0)) * pod_units(q, r.shapes[r.ever_bound[q.uid]]) for q in ran)
+            sum(
+                ((ends[q.uid] or 0) - (q.started_at or 0)) * held_units(q, r.shapes[r.ever_bound[q.uid]], row)
+                for q in ran
+            )
             / SHARE_UNITS
         )
     assert not ledger_bad, f"{len(ledger_bad)} runs metered unlike their pods:\n" + "\n".join(ledger_bad[:20])

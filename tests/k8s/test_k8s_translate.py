@@ -48,9 +48,10 @@ from gpufleet.k8s.adapter.objects import (
     label_value,
     node_claim,
     nodepool_offer,
-    pod_scheduled_false,
 )
 from gpufleet.k8s.adapter.pods import PodFacts, group_gangs, pod_facts
+from gpufleet.k8s.adapter.waiting import pod_condition_for
+from gpufleet.model.constraints import Taint, TaintEffect
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import CapacityType, GpuSharingFacts, SharingMode
 from tests.support.k8s.crdcheck import CRDS, check_cel, validate_builtin, validate_crd
@@ -150,6 +151,7 @@ class NodeCase:
     price: float | None = None
     price_source: str = ""  # a substring
     gpu_facts: GpuSharingFacts = field(default_factory=GpuSharingFacts)  # Node.gpu_facts
+    taints: tuple[Taint, ...] = ()  # Node.taints: what keeps off the jobs not tolerating it
 
 
 NODE_CASES = [
@@ -460,8 +462,10 @@ NODE_CASES = [
             SharingMode.EXCLUSIVE,
             CapacityType.ON_DEMAND,
             "default",
-            schedulable=False,
+            # issue 22: a taint gpufleet's pods do not tolerate is no reason to leave the node unused:
+            # it keeps off the jobs that do not tolerate it (the GPU taint, which all tolerate, is not kept)
             price=40.96575,
+            taints=(Taint("dedicated", "infra", TaintEffect.NO_SCHEDULE),),
         ),
         id="tainted-not-tolerated",
     ),
@@ -596,6 +600,7 @@ def test_node_translation(case: NodeCase, catalog: PriceCatalog) -> None:
         assert node.hourly_price_usd == pytest.approx(case.price)
     assert case.price_source in info.price_source
     assert node.gpu_facts == case.gpu_facts
+    assert node.taints == case.taints
     # issue 21: the labels are the Node's own; nothing gpufleet reads about the GPUs is added to them
     assert node.labels == case.obj["metadata"].get("labels", {})
     # allocatable CPU and memory, rounded down
@@ -1373,8 +1378,9 @@ def test_label_values_and_dns_labels_are_valid(value: str) -> None:
         pytest.param(GpuRequest(), None, 1, {}, id="none"),
         pytest.param(GpuRequest(4), None, 1, {"nvidia.com/gpu": 4}, id="whole"),
         pytest.param(GpuRequest(1, 250), None, 4, {"nvidia.com/gpu": 1}, id="one-replica"),
-        pytest.param(GpuRequest(1, 300), None, 4, {"nvidia.com/gpu": 2}, id="rounds-up"),
-        pytest.param(GpuRequest(1, 500), "nvidia.com/gpu.shared", 4, {"nvidia.com/gpu.shared": 2}, id="renamed"),
+        # issue 22: one replica, whatever share it reserved (MPS refuses more; time-slicing spreads them)
+        pytest.param(GpuRequest(1, 300), None, 4, {"nvidia.com/gpu": 1}, id="more-than-a-replica"),
+        pytest.param(GpuRequest(1, 500), "nvidia.com/gpu.shared", 4, {"nvidia.com/gpu.shared": 1}, id="renamed"),
         pytest.param(GpuRequest(1, 429, "3g.40gb"), None, 1, {"nvidia.com/mig-3g.40gb": 1}, id="mig-mixed"),
         pytest.param(GpuRequest(1, 143, "1g.5gb"), "nvidia.com/gpu", 1, {"nvidia.com/gpu": 1}, id="mig-single"),
     ],
@@ -1391,15 +1397,14 @@ def test_binding_eviction_and_status_patch_are_valid() -> None:
     validate_builtin(e)
     assert e["deleteOptions"] == {"gracePeriodSeconds": 30}
     validate_builtin(eviction("ml", "p"))
-    patch = pod_scheduled_false("waiting for 8 x A100-80GB: team quota exhausted", at=1740909600)
-    # the patch is a Pod's status: validated as one
+    cond = pod_condition_for("capacity", "waiting for 8 x A100-80GB: no node has room", False, at=1740909600)
+    patch = {"status": {"conditions": [cond]}}  # what report_waiting sends: a Pod's status, validated as one
     validate_builtin({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, **patch})
-    (cond,) = patch["status"]["conditions"]
     assert cond == {
         "type": "PodScheduled",
         "status": "False",
         "reason": "Unschedulable",
-        "message": "waiting for 8 x A100-80GB: team quota exhausted",
+        "message": "waiting for 8 x A100-80GB: no node has room",
         "lastTransitionTime": "2025-03-02T10:00:00Z",
     }
 

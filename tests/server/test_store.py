@@ -41,7 +41,7 @@ from gpufleet.store.models import Base, JobRow, Token
 # -- helpers --------------------------------------------------------------------------------------
 
 
-HEAD = "0012"  # the newest migration
+HEAD = "0013"  # the newest migration
 
 
 def submit(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from gpufleet.model.constraints import NO_CONSTRAINTS, NodeConstraints
 from gpufleet.model.job import PodPlacement
 from gpufleet.model.node import Node, NodePool
 
@@ -66,6 +67,9 @@ class LaunchRequest:
     # length of work: a simulated backend runs the rest for that long, a real one ignores both
     work_done_s: float = 0.0
     duration_s: float | None = None
+    # where its pods may run and the taints they tolerate (the job's; placement honoured them): a
+    # backend that makes the pods writes them in (Kubernetes: nodeSelector, affinity, tolerations)
+    constraints: NodeConstraints = NO_CONSTRAINTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,8 @@ class EventKind(StrEnum):
     # a node takes no new work but keeps what it runs (cordoned, NotReady, a NoSchedule taint): ``node``
     NODE_CORDONED = "node-cordoned"
     NODE_UNCORDONED = "node-uncordoned"  # a cordoned node takes new work again: ``node``
+    # a known node's labels or taints changed (placements follow them; what runs there stays): ``node``
+    NODE_CHANGED = "node-changed"
 
 
 @dataclass(frozen=True, slots=True)

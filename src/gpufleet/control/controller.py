@@ -36,7 +36,7 @@ from gpufleet.control.progress_files import (
 from gpufleet.control.sqlstate import QUOTA_REFRESH_S, SqlState
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.forecast import MAX_PROGRESS_LINE_BYTES, ProgressReport
-from gpufleet.errors import GpufleetError
+from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.io.catalog import load_catalog
 from gpufleet.loop.budgets import BudgetTick, next_tick
 from gpufleet.loop.world import ActiveRun, LoopConfig, WorldLoop
@@ -266,9 +266,20 @@ class Controller:
 
     def _loop(self) -> None:
         follower_ready_at = time.monotonic() + 1.0
+        # after a transient backend error: wait 0.2 s, doubling up to 5 s; a good tick starts again
+        first_backoff_s, most_backoff_s = 0.2, 5.0
+        backoff_s = 0.0
         while not self._stop.is_set():
             try:
                 self.tick()
+                backoff_s = 0.0
+            except BackendError as e:
+                # a failed list, a 5xx, a timeout, a fenced write: the world is still as the leader
+                # knew it, so leadership and state are kept and the step is tried again. Only a lost
+                # lease (still_held) or a store failure (below) drops them.
+                backoff_s = min(most_backoff_s, max(first_backoff_s, backoff_s * 2))
+                log.warning("controller step: %s; trying again in %.1f s (leadership and state kept)", e, backoff_s)
+                self._stop.wait(backoff_s)
             except Exception:  # a bug or the store going away: log, back off, keep serving
                 log.exception("controller step failed")
                 self._leader_lost()
@@ -280,13 +291,19 @@ class Controller:
             self._wake.clear()
 
     def tick(self) -> None:
-        """One turn of the loop: win or keep leadership, then step (leader) or heartbeat (follower)."""
+        """One turn of the loop: win or keep leadership, then step (leader) or heartbeat (follower).
+
+        A leader recovers before its first step; a recovery that failed (a backend error, which
+        :meth:`_loop` retries without giving up the lease) is tried again at the next tick, never
+        skipped. A Lease renews on its own thread (:class:`~gpufleet.k8s.adapter.lease.LeaseLeadership`),
+        so a slow step does not cost the lease; its ``still_held`` only reads that thread's state."""
         if self._leader and not self.leadership.still_held():
             self._leader_lost()
         if not self._leader and self.leadership.try_acquire():
             log.info("replica %s is now the scheduling leader", self.config.replica)
             self._leader = True
             self._ready = False
+        if self._leader and not self._ready:
             self.recover()
             self._ready = True
         if self._leader:

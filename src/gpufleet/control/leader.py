@@ -7,12 +7,15 @@
 
 ``still_held`` is checked before every scheduling step; a leader that lost its lock stops
 scheduling at once and rebuilds its state from the store if it becomes leader again.
+``write_window`` fences the backend's writes (:class:`gpufleet.k8s.adapter.fence.Fenced`): how long a
+write started now may take while this replica is surely the only leader.
 """
 
 from __future__ import annotations
 
 import fcntl
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Protocol
@@ -31,6 +34,13 @@ class Leadership(Protocol):
     def try_acquire(self) -> bool: ...
 
     def still_held(self) -> bool: ...
+
+    def write_window(self) -> float:
+        """Seconds a write started now may still take while this replica is surely the only leader
+        (``<= 0``: do not write). A lease that expires by time bounds it
+        (:meth:`gpufleet.k8s.adapter.lease.LeaseLeadership.write_window`); a lock that lasts as
+        long as a session or a descriptor does not (``inf`` while held)."""
+        ...
 
     def release(self) -> None: ...
 
@@ -57,6 +67,11 @@ class FileLeadership:
 
     def still_held(self) -> bool:
         return self._fd is not None
+
+    def write_window(self) -> float:
+        """``inf`` while the lock is held: only this process's death (or :meth:`release`) drops a
+        ``flock``, and then nothing of this process writes any more."""
+        return math.inf if self._fd is not None else 0.0
 
     def release(self) -> None:
         if self._fd is not None:
@@ -101,6 +116,13 @@ class PgLeadership:
             log.error("lost the leader lock's connection: %s", e)
             self._drop()
             return False
+
+    def write_window(self) -> float:
+        """``inf`` while the lock's connection is alive (no I/O here: :meth:`still_held`, checked
+        before every step, pings it). The advisory lock is the session's, not a lease that runs out
+        by time: PostgreSQL hands it to another replica only once it has ended this session, so
+        there is no deadline to fence against; the store's own writes go to the same server."""
+        return math.inf if self._conn is not None else 0.0
 
     def _drop(self) -> None:
         if self._conn is not None:

@@ -6,7 +6,10 @@ of pods is a gang, placed all or nothing) — once all the owner's pods exist. T
 an API submission, in the team the namespace maps to (or the pod's ``team`` label), with the pods'
 requests, their ``team``/``project``/``experiment-id``/``cost-center`` labels for attribution, the
 PriorityClass as its priority (``gpufleet-<class>``, else ``normal``) and the pod annotation
-``gpufleet.io/cost-limit`` as its own budget. The pods are then labelled with the job id; the
+``gpufleet.io/cost-limit`` as its own budget, and the pods' ``nodeSelector``, required node affinity
+and tolerations as the job's :class:`~gpufleet.model.constraints.NodeConstraints` (Kueue's flavors
+inject them, GKE's pods select ``cloud.google.com/gke-accelerator``, GPU nodes are tainted): it is
+placed only where the kubelet will admit its pods. The pods are then labelled with the job id; the
 Kubernetes backend binds them (instead of creating a Job) when the scheduler places the job.
 
 **Time-sliced and MPS GPUs.** A pod that asks ``nvidia.com/gpu.shared`` (the device plugin's
@@ -171,6 +174,7 @@ class PodAdopter:
             memory_mib=first.memory_mib,
             budget_usd=first.cost_limit_usd,
             pods=gang.size,
+            constraints=first.constraints,  # placed only where its pods' selector, affinity and tolerations allow
         )
 
     def _replicas(self, pod: PodFacts) -> int | None:

@@ -81,6 +81,13 @@ LABEL_KARPENTER_CAPACITY_TYPE: Final = "karpenter.sh/capacity-type"
 LABEL_KARPENTER_NODEPOOL: Final = "karpenter.sh/nodepool"
 TAINT_KARPENTER_DISRUPTED: Final = "karpenter.sh/disrupted"
 TAINT_KARPENTER_DISRUPTION: Final = "karpenter.sh/disruption"  # Karpenter < v1
+# On a pod: "true" keeps Karpenter's voluntary disruption (consolidation, drift, expiry) off its node
+# while it runs; gpufleet's pods carry it (their node is gpufleet's to give back).
+ANNOTATION_KARPENTER_DO_NOT_DISRUPT: Final = "karpenter.sh/do-not-disrupt"
+# On a NodePool (its hash controller writes them) and on each of its NodeClaims: the template's hash
+# and the hash scheme's version; a claim whose hash differs from its NodePool's has drifted.
+ANNOTATION_KARPENTER_NODEPOOL_HASH: Final = "karpenter.sh/nodepool-hash"
+ANNOTATION_KARPENTER_NODEPOOL_HASH_VERSION: Final = "karpenter.sh/nodepool-hash-version"
 AWS_NODE_CLASS_GROUP: Final = "karpenter.k8s.aws"
 AZURE_NODE_CLASS_GROUP: Final = "karpenter.azure.com"
 # the well-known labels of an AWS instance type (NodePool requirement keys)
@@ -105,10 +112,17 @@ LABEL_GKE_SPOT: Final = "cloud.google.com/gke-spot"  # also a taint
 LABEL_GKE_PREEMPTIBLE: Final = "cloud.google.com/gke-preemptible"  # also a taint
 LABEL_GKE_RESERVATION: Final = "cloud.google.com/reservation-name"
 LABEL_GKE_NODEPOOL: Final = "cloud.google.com/gke-nodepool"
-LABEL_GKE_ACCELERATOR: Final = "cloud.google.com/gke-accelerator"
+LABEL_GKE_ACCELERATOR: Final = "cloud.google.com/gke-accelerator"  # nvidia-tesla-a100, nvidia-l4, nvidia-h100-80gb...
+LABEL_GKE_ACCELERATOR_COUNT: Final = "cloud.google.com/gke-accelerator-count"  # physical GPUs
+LABEL_GKE_GPU_SHARING_STRATEGY: Final = "cloud.google.com/gke-gpu-sharing-strategy"  # time-sharing | mps
+LABEL_GKE_MAX_SHARED_CLIENTS: Final = "cloud.google.com/gke-max-shared-clients-per-gpu"  # containers per GPU
+LABEL_GKE_GPU_PARTITION_SIZE: Final = "cloud.google.com/gke-gpu-partition-size"  # a MIG profile, e.g. 1g.5gb
 TAINT_GKE_TERMINATION: Final = "cloud.google.com/impending-node-termination"
 LABEL_AKS_PRIORITY: Final = "kubernetes.azure.com/scalesetpriority"  # also a taint
 LABEL_AKS_AGENTPOOL: Final = "kubernetes.azure.com/agentpool"
+LABEL_AKS_ACCELERATOR: Final = "kubernetes.azure.com/accelerator"  # "nvidia" on AKS GPU nodes
+TAINT_AKS_GPU: Final = "sku"  # sku=gpu:NoSchedule, the taint AKS's GPU guide puts on GPU node pools
+LABEL_EKS_ACCELERATOR: Final = "k8s.amazonaws.com/accelerator"  # eksctl / cluster-autoscaler: nvidia-tesla-t4...
 TAINT_NTH_SPOT_ITN: Final = "aws-node-termination-handler/spot-itn"
 TAINT_NTH_REBALANCE: Final = "aws-node-termination-handler/rebalance-recommendation"
 TAINT_NTH_MAINTENANCE: Final = "aws-node-termination-handler/scheduled-maintenance"
@@ -124,12 +138,19 @@ LABEL_INSTANCE_TYPE_BETA: Final = "beta.kubernetes.io/instance-type"  # before K
 LABEL_REGION_BETA: Final = "failure-domain.beta.kubernetes.io/region"
 LABEL_ZONE_BETA: Final = "failure-domain.beta.kubernetes.io/zone"
 LABEL_OS: Final = "kubernetes.io/os"
+LABEL_WINDOWS_BUILD: Final = "node.kubernetes.io/windows-build"
 LABEL_ARCH: Final = "kubernetes.io/arch"
 LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
 LABEL_LIFECYCLE: Final = "node.kubernetes.io/lifecycle"  # spot | preemptible on some self-managed groups
 LABEL_NODE_TYPE: Final = "type"  # virtual-kubelet nodes say type=virtual-kubelet
 TAINT_SHUTDOWN: Final = "node.cloudprovider.kubernetes.io/shutdown"
 TAINT_OUT_OF_SERVICE: Final = "node.kubernetes.io/out-of-service"
+# The node lifecycle's own taints (not-ready, unreachable, unschedulable, *-pressure, out-of-service;
+# the cloud provider's uninitialized, shutdown) and Karpenter's until the node registers: what the node
+# is going through, never where a job may run (nodes.py keeps them out of Node.taints)
+TAINT_NODE_LIFECYCLE_PREFIX: Final = "node.kubernetes.io/"
+TAINT_CLOUD_PROVIDER_PREFIX: Final = "node.cloudprovider.kubernetes.io/"
+TAINT_KARPENTER_UNREGISTERED: Final = "karpenter.sh/unregistered"
 LABEL_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"  # an Indexed Job's pod (label, annotation)
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_APP_NAME: Final = "app.kubernetes.io/name"

@@ -232,6 +232,12 @@ class WorldLoop:
                 log.info("%s", ev.reason or f"node {ev.node} takes no new work")
                 self.cluster.cordon(ev.node)
                 self.dirty = True
+        elif kind is EventKind.NODE_CHANGED and ev.node is not None:
+            lookup = getattr(self.backend, "node", None)
+            node = lookup(ev.node) if callable(lookup) else None
+            if isinstance(node, Node) and ev.node in self.cluster.snapshot.index:
+                self.cluster.snapshot.relabel(ev.node, dict(node.labels), node.taints)
+                self.dirty = True
         elif kind is EventKind.NODE_UNCORDONED and ev.node is not None:
             if ev.node in self.cluster.nodes:
                 self.cluster.uncordon(ev.node)
@@ -381,6 +387,13 @@ class WorldLoop:
         """Why each queued job still waits after the last cycle (read on demand)."""
         return _Reasons(self.decisions.waiting if self.decisions is not None else {})
 
+    @property
+    def waiting_statuses(self) -> Mapping[str, Status]:
+        """Why each queued job still waits, as the cycle's statuses: the reason and its
+        :class:`~gpufleet.scheduling.framework.WaitKind` (a backend tells node autoscalers only of
+        capacity waits)."""
+        return self.decisions.waiting if self.decisions is not None else {}
+
     def run_cycle(self, now: float) -> Decisions:
         t0 = time.perf_counter()
         self.dirty = False
@@ -436,6 +449,7 @@ class WorldLoop:
                     memory_mib=launch.memory_mib,
                     work_done_s=job.work_done_s,
                     duration_s=job.spec.duration_s,
+                    constraints=job.spec.constraints,
                 )
             )
         except Exception as e:  # one job's bad launch ends that job, never the loop

@@ -4,11 +4,18 @@ MIG geometry follows NVIDIA's placement tables for A100 and H100: a GPU has 8 me
 7 compute slices; a profile occupies ``memory_slices`` contiguous memory slices starting at one
 of its ``starts``. A profile's share of the GPU (for cost and fragmentation) is its compute
 slices / 7.
+
+A profile name may end in an attribute (go-nvlib's ``MigProfileInfo.String()``): ``+me`` (the
+GPU's media engines: NVDEC, NVJPG, OFA), ``+me.all``, ``+gfx``, ``-me`` (no media engine). The
+NVIDIA device plugin and GPU Feature Discovery write its ``+`` as ``.`` (a Kubernetes resource
+name holds no ``+``): ``1g.10gb+me`` is the resource ``nvidia.com/mig-1g.10gb.me``.
+:meth:`GpuModel.mig_profile` reads both spellings; an attributed profile has its base profile's
+compute and memory slices.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 MIG_MEMORY_SLICES = 8
 MIG_COMPUTE_SLICES = 7
@@ -22,6 +29,14 @@ class MigProfile:
     memory_slices: int
     memory_gib: int
     starts: tuple[int, ...]
+    # at most this many on one GPU when fewer than its placements (None: one per placement): a GPU's
+    # media engines go to a single +me instance
+    max_instances: int | None = None
+
+    @property
+    def per_gpu(self) -> int:
+        """How many of this profile one GPU holds when all its slices are this profile."""
+        return min(len(self.starts), self.max_instances or len(self.starts))
 
     @property
     def share(self) -> float:
@@ -50,10 +65,51 @@ class GpuModel:
         return bool(self.mig_profiles)
 
     def mig_profile(self, name: str) -> MigProfile | None:
+        """The profile ``name`` (NVIDIA's or the device plugin's spelling, e.g. ``1g.10gb.me``) on
+        this model, or None when the model has no such profile."""
         for p in self.mig_profiles:
             if p.name == name:
                 return p
+        size, attribute = split_mig_attribute(name)
+        base = next((p for p in self.mig_profiles if p.name == size), None)
+        if base is None or not attribute:
+            return None
+        # Ampere and Hopper offer the media engines on the one-slice profile only, one instance per GPU
+        # (NVIDIA MIG user guide, the supported-profiles tables); -me, +me.all and +gfx are Blackwell's
+        if attribute == MIG_MEDIA_EXTENSIONS and base.compute_slices == base.memory_slices == 1:
+            return replace(base, name=size + attribute, max_instances=1)
         return None
+
+
+# A MIG profile attribute as written after the profile's size → NVIDIA's spelling of it, longest first.
+MIG_MEDIA_EXTENSIONS = "+me"
+MIG_ATTRIBUTES: dict[str, str] = {
+    "+me.all": "+me.all",
+    ".me.all": "+me.all",  # the device plugin's spelling
+    MIG_MEDIA_EXTENSIONS: MIG_MEDIA_EXTENSIONS,
+    ".me": MIG_MEDIA_EXTENSIONS,
+    "+gfx": "+gfx",
+    ".gfx": "+gfx",
+    "-me": "-me",
+}
+# attributes whose instances hold all the GPU's media engines: at most one per GPU
+_ONE_PER_GPU = frozenset({MIG_MEDIA_EXTENSIONS, "+me.all"})
+
+
+def split_mig_attribute(name: str) -> tuple[str, str]:
+    """``(size, attribute)`` of a MIG profile name, the attribute in NVIDIA's spelling or ``""``:
+    ``1g.10gb.me`` → ``("1g.10gb", "+me")``, ``1g.10gb`` → ``("1g.10gb", "")``."""
+    name = name.strip().lower()
+    for written, attribute in MIG_ATTRIBUTES.items():
+        if name.endswith(written) and len(name) > len(written):
+            return name[: -len(written)], attribute
+    return name, ""
+
+
+def mig_instances_limit(name: str) -> int | None:
+    """At most how many instances of the profile ``name`` one GPU holds whatever its size says (1 for
+    a media-engine profile, known or not), else None."""
+    return 1 if split_mig_attribute(name)[1] in _ONE_PER_GPU else None
 
 
 def _mig(unit_gib: int) -> tuple[MigProfile, ...]:

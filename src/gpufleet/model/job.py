@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gpufleet.errors import InputError, TransitionError
+from gpufleet.model.constraints import NO_CONSTRAINTS, NodeConstraints
 from gpufleet.model.gpu import MILLI
 
 
@@ -170,6 +171,9 @@ class JobSpec:
     gang_size: int = 1  # number of pods placed all-or-nothing, each with ``gpu``
     # the job's own budget: the loop stops it (CANCELLED) once its cost reaches this; None: no limit
     budget_usd: float | None = None
+    # the nodes its pods may run on (selector, required node affinity) and the taints they tolerate;
+    # empty: any node without a NoSchedule/NoExecute taint (gpufleet.model.constraints)
+    constraints: NodeConstraints = NO_CONSTRAINTS
     # Simulation only: how long the job really runs (seconds of work).
     duration_s: float | None = None
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gpufleet.k8s.vocabulary import GPU_RESOURCE
+from gpufleet.model.constraints import Taint
 from gpufleet.model.share import replicas_milli
 
 
@@ -58,6 +59,9 @@ class Node:
     sharing: SharingMode = SharingMode.SHARED
     labels: dict[str, str] = field(default_factory=dict)  # the node's own (on Kubernetes: the Node's)
     gpu_facts: GpuSharingFacts = GpuSharingFacts()
+    # NoSchedule/NoExecute taints that keep off the pods of jobs not tolerating them (on Kubernetes:
+    # the Node's, less the node-lifecycle ones and those gpufleet's own pods tolerate, see nodes.py)
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,14 @@ from fractions import Fraction
 from typing import Any
 
 from gpufleet.k8s.vocabulary import LABEL_ADOPTED_OWNER, LABEL_REQUESTED_REPLICAS
-from gpufleet.model.gpu import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, MILLI, MigProfile, gpu_model
+from gpufleet.model.gpu import (
+    MIG_COMPUTE_SLICES,
+    MIG_MEMORY_SLICES,
+    MILLI,
+    MigProfile,
+    gpu_model,
+    mig_instances_limit,
+)
 from gpufleet.model.job import GpuRequest
 
 SHARE_UNITS = MIG_COMPUTE_SLICES * MILLI  # 7000 share units = one GPU
@@ -44,9 +51,10 @@ UNITS_PER_MILLI = SHARE_UNITS // MILLI  # 7
 
 # -- MIG profile names ------------------------------------------------------------------------------
 
-# A profile name as NVIDIA writes it (``1g.10gb``, ``1g.10gb+me``), for finding one inside a longer
-# name (a GFD product label's ``-MIG-<profile>`` suffix).
-MIG_PROFILE_PATTERN = r"\d+g\.\d+gb(?:\+me)?"
+# A profile name as NVIDIA writes it (``1g.10gb``, ``1g.10gb+me``, ``1g.24gb+me.all``, ``1g.24gb-me``) or
+# the device plugin does (``1g.10gb.me``: gpufleet.model.gpu.MIG_ATTRIBUTES), for finding one inside a
+# longer name (a GFD product label's ``-MIG-<profile>`` suffix).
+MIG_PROFILE_PATTERN = r"\d+g\.\d+gb(?:[+.]me\.all|[+.]me|[+.]gfx|-me)?"
 # What gpufleet reads of a name: ``<k>g.`` at its start (the compute slices), then ``<mem>gb``.
 _MIG_NAME = re.compile(r"(\d+)g\.(?:(\d+)gb)?")
 
@@ -95,11 +103,13 @@ def mig_share(profile: str, gpu_model_name: str | None = None) -> float:
 
 def mig_slices_per_gpu(profile: str, gpu_model_name: str | None = None) -> int:
     """How many slices of ``profile`` one GPU holds when all its slices are that profile: the model's
-    placements when it has the profile, else ``7 // k`` (a profile gpufleet cannot read: 7)."""
+    placements when it has the profile (one for a media-engine profile, ``+me``), else ``7 // k`` (a
+    profile gpufleet cannot read: 7; a ``+me`` one: 1)."""
     p = gpu_model(gpu_model_name).mig_profile(profile) if gpu_model_name else None
     if p is not None:
-        return len(p.starts)
-    return max(1, MIG_COMPUTE_SLICES // (mig_slices(profile) or 1))
+        return p.per_gpu
+    by_size = max(1, MIG_COMPUTE_SLICES // (mig_slices(profile) or 1))
+    return min(by_size, mig_instances_limit(profile) or by_size)
 
 
 def mig_fit_problem(profiles: Sequence[MigProfile]) -> str | None:
@@ -243,9 +253,12 @@ def landed_units(req: GpuRequest, gpu_model_name: str, job_labels: Mapping[str, 
     """Share units one pod of a job holds on the node it landed on, whose GPUs are shared
     ``node_replicas`` ways (:attr:`gpufleet.model.node.GpuSharingFacts.replicas`). A pod of an adopted
     job that asks ``k`` replicas holds ``k`` of that node's ``R`` (``1000 * k // R`` milli), whatever
-    share it was placed as (its selector may match nodes of several ``R``); any other pod holds
-    :func:`request_units`."""
+    share it was placed as (its selector may match nodes of several ``R``); a fraction gpufleet's own
+    pod asks there holds one replica at least (its pod asks one; the scheduler reserved
+    ``max(milli, 1000 // R)``: ``ClusterSnapshot.share_milli``); any other pod holds :func:`request_units`."""
     k = requested_replicas(job_labels) if req.count and req.mig_profile is None else None
     if k is not None and node_replicas > 1:
         return milli_units(replicas_milli(k, node_replicas))
+    if node_replicas > 1 and req.is_fractional:
+        return milli_units(max(req.milli, replicas_milli(1, node_replicas)))
     return request_units(req, gpu_model_name)

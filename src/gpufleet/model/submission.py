@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from gpufleet.model.constraints import NO_CONSTRAINTS, NodeConstraints, constraints_from_dict, constraints_to_dict
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import GpuRequest, JobSpec
 from gpufleet.model.share import milli_gpus
@@ -63,6 +64,8 @@ class Submission:
     max_runtime_s: float | None = None
     estimated_runtime_s: float | None = None
     budget_usd: float | None = None  # the job's own budget: stopped (CANCELLED) when its cost reaches it
+    # the nodes its pods may run on and the taints they tolerate (an adopted workload's pods' own)
+    constraints: NodeConstraints = NO_CONSTRAINTS
 
     @property
     def gpus(self) -> float:
@@ -90,6 +93,7 @@ class Submission:
             estimated_runtime_s=self.estimated_runtime_s,
             gang_size=self.pods,
             budget_usd=self.budget_usd,
+            constraints=self.constraints,
         )
 
     def fields(self) -> dict[str, Any]:
@@ -119,6 +123,8 @@ class Submission:
             "max_runtime_s": self.max_runtime_s,
             "estimated_runtime_s": self.estimated_runtime_s,
             "budget_usd": self.budget_usd,
+            # the PodSpec's shape (gpufleet.model.constraints); NULL: none
+            "constraints": constraints_to_dict(self.constraints) or None,
         }
 
     @classmethod
@@ -149,6 +155,7 @@ class Submission:
             max_runtime_s=fields.get("max_runtime_s"),
             estimated_runtime_s=fields.get("estimated_runtime_s"),
             budget_usd=fields.get("budget_usd"),
+            constraints=constraints_from_dict(fields.get("constraints"), source="job", at="constraints"),
         )
 
 
@@ -176,6 +183,7 @@ def submission(
     max_runtime_s: float | None = None,
     estimated_runtime_s: float | None = None,
     budget_usd: float | None = None,
+    constraints: NodeConstraints = NO_CONSTRAINTS,
 ) -> Submission:
     """The one builder of a :class:`Submission` (the API, adoption and the webhook call it).
 
@@ -209,4 +217,5 @@ def submission(
         max_runtime_s=max_runtime_s,
         estimated_runtime_s=estimated_runtime_s,
         budget_usd=budget_usd,
+        constraints=constraints,
     )

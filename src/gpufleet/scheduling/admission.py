@@ -44,7 +44,7 @@ from gpufleet.model.gpu import MILLI, canonical_gpu_name, gpu_model
 from gpufleet.model.job import Job, JobSpec
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
 from gpufleet.model.share import milli_gpus
-from gpufleet.scheduling.framework import SUCCESS, Code, PolicyContext, Registry, Status
+from gpufleet.scheduling.framework import SUCCESS, Code, PolicyContext, Registry, Status, WaitKind
 from gpufleet.scheduling.snapshot import CAPACITY_CODE, SHARING_CODE, BoolArray, ClusterSnapshot, PodRequest
 
 if TYPE_CHECKING:
@@ -77,12 +77,12 @@ class Verdict:
 ADMIT = Verdict()
 
 
-def wait(reason: str) -> Verdict:
-    return Verdict(Status(Code.UNSCHEDULABLE, reason))
+def wait(reason: str, kind: WaitKind = WaitKind.OTHER) -> Verdict:
+    return Verdict(Status(Code.UNSCHEDULABLE, reason, kind))
 
 
-def reject(reason: str) -> Verdict:
-    return Verdict(Status(Code.UNRESOLVABLE, reason))
+def reject(reason: str, kind: WaitKind = WaitKind.OTHER) -> Verdict:
+    return Verdict(Status(Code.UNRESOLVABLE, reason, kind))
 
 
 @dataclass(slots=True)
@@ -375,7 +375,7 @@ class FeasibilityCheck:
         if hit is None:
             need = dataclasses.replace(Need.of_spec(spec), allow_spot=pod.allow_spot, spot_only=pod.spot_only)
             why = infeasibility(need, self._shapes)
-            hit = self._cache[key] = ADMIT if why is None else reject(why[0])
+            hit = self._cache[key] = ADMIT if why is None else reject(why[0], WaitKind.CAPACITY)
         return hit
 
 
@@ -404,7 +404,7 @@ class QuotaCheck:
                 snap, job, pod, verdict.within_nominal, ctx.state.running, ctx.gone, ctx.out, ctx.now
             )
             why = "reclaiming quota lent to the cohort" if status.ok else verdict.reason
-            return Verdict(Status(Code.UNSCHEDULABLE, why), within_nominal=verdict.within_nominal)
+            return Verdict(Status(Code.UNSCHEDULABLE, why, WaitKind.QUOTA), within_nominal=verdict.within_nominal)
         narrowed = None if np.array_equal(type_ok, pod.type_ok) else dataclasses.replace(pod, type_ok=type_ok)
         return Verdict(SUCCESS, narrowed, verdict.within_nominal)
 
@@ -462,10 +462,10 @@ class BudgetCheck:
         for i in mine:
             lim = self._limits[i]
             if lim.max_gpus is not None and need > lim.max_gpus - self._used[i] - self._admitted[i] + 1e-9:
-                return wait(lim.cap_reason(self._used[i]))
+                return wait(lim.cap_reason(self._used[i]), WaitKind.BUDGET)
             if lim.spot_only:
                 if not pod.allow_spot:
-                    return wait(lim.spot_reason())
+                    return wait(lim.spot_reason(), WaitKind.BUDGET)
                 spot = True
         for i in mine:
             self._admitted[i] += need

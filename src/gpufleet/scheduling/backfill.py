@@ -105,8 +105,8 @@ def reservation(
     g = pod.gpu
     if g.count == 0:
         per_node = np.full(len(cand), 64, dtype=np.int64)
-    elif g.is_fractional:
-        per_node = (snap.gpu_free[cand] // g.milli).sum(axis=1)
+    elif g.is_fractional:  # one replica at least on a node whose GPUs are replicas (ClusterSnapshot.share_milli)
+        per_node = (snap.gpu_free[cand] // np.maximum(snap.share_floor[cand], g.milli)[:, None]).sum(axis=1)
     else:
         per_node = snap.whole_free[cand] // g.count
     if pod.cpu_milli:
@@ -133,7 +133,7 @@ def reservation(
             for gi in a.gpus:
                 row[gi] += a.milli
             rows[i] = (row, cpu + a.cpu_milli, mem + a.memory_mib)
-            k = _pods_fitting(*rows[i], pod)
+            k = _pods_fitting(*rows[i], pod, snap.share_milli(i, pod))
             total += k - fit.get(i, 0)
             fit[i] = k
         if total >= need:
@@ -173,8 +173,9 @@ def _reservation_whatif(
     return shadow, nodes
 
 
-def _pods_fitting(row: list[int], cpu: int, mem: int, pod: PodRequest) -> int:
-    """How many copies of ``pod`` (not MIG) fit on a node with these free GPUs, CPU and memory."""
+def _pods_fitting(row: list[int], cpu: int, mem: int, pod: PodRequest, share_milli: int) -> int:
+    """How many copies of ``pod`` (not MIG) fit on a node with these free GPUs, CPU and memory
+    (``share_milli``: what a fraction reserves there, :meth:`ClusterSnapshot.share_milli`)."""
     g = pod.gpu
     k = 1 << 30
     if pod.cpu_milli:
@@ -186,5 +187,5 @@ def _pods_fitting(row: list[int], cpu: int, mem: int, pod: PodRequest) -> int:
     if g.count == 0:
         return k if k < (1 << 30) else 64
     if g.is_fractional:
-        return min(k, sum(f // g.milli for f in row))
+        return min(k, sum(f // share_milli for f in row))
     return min(k, row.count(MILLI) // g.count)

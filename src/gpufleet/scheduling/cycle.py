@@ -61,6 +61,7 @@ from gpufleet.scheduling.framework import (
     ScorePlugin,
     SortContext,
     Status,
+    WaitKind,
     aligned_diff,
     diff_queue,
 )
@@ -77,7 +78,7 @@ MAX_BLOCKED_FOR_AUTOSCALER = 512
 # Queues at least this long are indexed across cycles and ordered lazily (the cycle may stop early);
 # shorter ones are ordered whole, which costs less than keeping the index (half as long: dropped).
 LAZY_QUEUE_MIN = 64
-NO_ROOM = Status(Code.UNSCHEDULABLE, "no node has room")
+NO_ROOM = Status(Code.UNSCHEDULABLE, "no node has room", WaitKind.CAPACITY)
 _BUILTIN_CHECKS = (FeasibilityCheck, QuotaCheck, BudgetCheck)
 
 
@@ -264,7 +265,7 @@ class Scheduler:
                     break
                 seen_ids.add(id(job))  # after the look above: this job may still be the one that fits
             if self.nominated.get(job.id):
-                wd[job.id] = Status(Code.UNSCHEDULABLE, "waiting for preempted jobs to stop")
+                wd[job.id] = Status(Code.UNSCHEDULABLE, "waiting for preempted jobs to stop", WaitKind.PREEMPTION)
                 continue
             pod, base_key = self._pod(snap, job)
             key0 = base_key
@@ -336,7 +337,7 @@ class Scheduler:
             if self.config.preemption and job.spec.gang_size == 1 and not head_blocked:
                 status = self._try_preempt(snap, job, pod, running, gone, out, now, within)
                 if status.ok:
-                    wd[job.id] = Status(Code.UNSCHEDULABLE, "preempting to make room")
+                    wd[job.id] = Status(Code.UNSCHEDULABLE, "preempting to make room", WaitKind.PREEMPTION)
                     continue
             wd[job.id] = NO_ROOM
             if len(blocked_for_capacity) < MAX_BLOCKED_FOR_AUTOSCALER:
@@ -396,6 +397,7 @@ class Scheduler:
             pod.min_gpu_memory_gib,
             pod.allow_spot,
             job.spec.gang_size,
+            pod.constraints,  # None for none: jobs may share a shape only where they may share nodes
         )
         self._pods[job.id] = (ck, pod, key)
         return pod, key

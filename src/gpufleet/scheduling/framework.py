@@ -53,10 +53,30 @@ class Code(StrEnum):
     ERROR = "error"
 
 
+class WaitKind(StrEnum):
+    """Why a job that does not start waits, for whoever acts on it: only ``CAPACITY`` is a wait
+    that another node would end (the Kubernetes backend says so to node autoscalers such as
+    Karpenter; the others are gpufleet's own decisions, which more nodes would not change):
+
+    - CAPACITY: no node has room now, or none could ever hold the job (no node or pool fits it);
+    - QUOTA: its team's quota (or the cohort's) is used up;
+    - BUDGET: a budget throttle holds it (a GPU cap, spot only);
+    - PREEMPTION: room is being made by preempting other jobs;
+    - OTHER: anything else (a check that does not say).
+    """
+
+    CAPACITY = "capacity"
+    QUOTA = "quota"
+    BUDGET = "budget"
+    PREEMPTION = "preemption"
+    OTHER = "other"
+
+
 @dataclass(frozen=True, slots=True)
 class Status:
     code: Code
     reason: str = ""
+    kind: WaitKind = WaitKind.OTHER  # why a job waits (not SUCCESS), as a fact rather than text
 
     @property
     def ok(self) -> bool:

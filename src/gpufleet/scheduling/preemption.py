@@ -188,7 +188,7 @@ def _fits_without(snap: ClusterSnapshot, node: int, pod: PodRequest, victims: It
     if g.count == 0:
         return True
     if g.is_fractional:
-        return bool(max(row, default=0) >= g.milli)
+        return bool(max(row, default=0) >= snap.share_milli(node, pod))
     return row.count(MILLI) >= g.count
 
 

@@ -9,7 +9,22 @@ Layout (``N`` nodes, ``G`` = max GPUs per node):
 - ``mig_free[N, G]``: free MIG memory-slice mask of each GPU of a MIG-mode node (0xFF = empty);
 - ``cpu_free[N]``, ``mem_free[N]``: free CPU milli-cores and memory MiB;
 - static per node: GPU type index, GPU count, GPU memory, sharing mode, capacity type,
-  $/GPU-hour, pool, and a ``schedulable`` mask (false while provisioning, draining or gone).
+  $/GPU-hour, pool, and a ``schedulable`` mask (false while provisioning, draining or gone);
+  its labels and taints (``node_labels``, ``node_taints``), and ``share_floor``: one replica of a
+  node whose GPUs are advertised as replicas (time-slicing, MPS), else 0.
+
+Where a pod may go besides room (static, cached per pod class and snapshot version):
+
+- its job's :class:`~gpufleet.model.constraints.NodeConstraints`: the node's labels and name meet
+  its selector and required node affinity, and it tolerates the node's NoSchedule/NoExecute taints;
+  a job with none on untainted nodes costs nothing;
+- what the NVIDIA device plugin can allocate (it follows ``Node.gpu_facts``): a node whose GPUs are
+  replicas (``replicas`` > 1) serves no whole-GPU pod (the device plugin spreads a pod's replicas
+  over the GPUs, so ``replicas`` of them are not one GPU), and a fraction there takes exactly one
+  replica of one GPU (MPS refuses more; the Kubernetes backend asks one): it reserves
+  ``max(milli, share_floor)``, so no more than ``replicas`` pods share a GPU (exactly so while
+  ``1000 % replicas < 1000 // replicas``: every R up to 31 and most beyond; past that the kubelet's
+  count of replicas is the limit).
 
 Invariant: nothing is ever over-allocated — ``0 <= free <= capacity`` for every resource; the
 :meth:`allocate` and :meth:`release` methods check it and raise :class:`SchedulingError`.
@@ -24,10 +39,11 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.errors import SchedulingError
+from gpufleet.model.constraints import NodeConstraints, Taint, matches, tolerates_all
 from gpufleet.model.gpu import MIG_MEMORY_SLICES, MILLI, canonical_gpu_name, gpu_model
 from gpufleet.model.job import GpuRequest, JobSpec, PodPlacement
 from gpufleet.model.node import CapacityType, Node, SharingMode
-from gpufleet.model.share import mig_milli
+from gpufleet.model.share import mig_milli, replicas_milli
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -49,6 +65,7 @@ class PodRequest:
     min_gpu_memory_gib: float = 0.0
     allow_spot: bool = False
     spot_only: bool = False  # narrowed to spot nodes (a budget throttle); implies allow_spot
+    constraints: NodeConstraints | None = None  # the job's; None for none (the common case: cheap to hash)
 
     @property
     def gpu_count(self) -> int:
@@ -89,6 +106,11 @@ class ClusterSnapshot:
         self.n = 0
         self._version = 0  # bumped when nodes are added (static masks depend on the node set)
         self._static: dict[tuple[object, ...], tuple[int, BoolArray]] = {}
+        self.node_labels: list[dict[str, str]] = []  # per node: its labels (what selectors match)
+        self.node_taints: list[tuple[Taint, ...]] = []  # per node: the taints that keep pods off
+        self._tainted: list[int] = []  # the nodes with a taint: while none, a job without constraints needs no mask
+        self._any_replicas = False  # some node's GPUs are replicas (share_floor > 0 somewhere)
+        self._placeable: dict[NodeConstraints | None, tuple[int, BoolArray]] = {}
         self._alloc(capacity)
 
     # -- construction -------------------------------------------------------------------------
@@ -118,6 +140,8 @@ class ClusterSnapshot:
         self.gpu_hour_usd = grow(get("gpu_hour_usd"), (cap,), np.float64)
         self.pool = grow(get("pool"), (cap,), np.int64)
         self.schedulable = grow(get("schedulable"), (cap,), np.bool_, False)
+        # one replica (milli) of a node whose GPUs are advertised as replicas; 0: whole GPUs or free fractions
+        self.share_floor = grow(get("share_floor"), (cap,), np.int64)
         # per-node GPU aggregates, kept up to date by allocate/release (see _refresh)
         self.free_milli = grow(get("free_milli"), (cap,), np.int64)
         self.max_gpu_free = grow(get("max_gpu_free"), (cap,), np.int64)
@@ -171,9 +195,29 @@ class ClusterSnapshot:
         self.gpu_hour_usd[i] = gpu_hour_usd
         self.pool[i] = self.pool_index(node.pool)
         self.schedulable[i] = schedulable
+        replicas = node.gpu_facts.replicas if node.gpu_count else 1
+        self.share_floor[i] = replicas_milli(1, replicas) if replicas > 1 else 0
+        self._any_replicas = self._any_replicas or replicas > 1
+        self.node_labels.append(node.labels)
+        self.node_taints.append(node.taints)
+        if node.taints:
+            self._tainted.append(i)
         self._refresh(i)
         self._version += 1
         return i
+
+    def relabel(self, name: str, labels: dict[str, str], taints: tuple[Taint, ...]) -> None:
+        """A known node's labels or taints changed (on Kubernetes: someone tainted or relabelled the
+        Node): later placements follow them; what runs there stays (a NoExecute taint's evictions are
+        the cluster's)."""
+        i = self.index[name]
+        self.node_labels[i] = labels
+        self.node_taints[i] = taints
+        if taints and i not in self._tainted:
+            self._tainted.append(i)
+        elif not taints and i in self._tainted:
+            self._tainted.remove(i)
+        self._version += 1  # the cached masks read them
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Node], prices: Callable[[Node], float] | None = None) -> ClusterSnapshot:
@@ -209,6 +253,7 @@ class ClusterSnapshot:
             type_ok=type_ok,
             min_gpu_memory_gib=spec.min_gpu_memory_gib,
             allow_spot=spec.preemptible and not on_demand_only,
+            constraints=spec.constraints or None,
         )
 
     # -- filtering --------------------------------------------------------------------------------
@@ -230,7 +275,10 @@ class ClusterSnapshot:
                 ok &= self._mig_fits(g.mig_profile or "", ok)
             return ok
         if g.is_fractional:
-            ok &= self.max_gpu_free[:n] >= g.milli
+            if self._any_replicas:  # a replica node: one replica at least (module docstring)
+                ok &= self.max_gpu_free[:n] >= np.maximum(self.share_floor[:n], g.milli)
+            else:
+                ok &= self.max_gpu_free[:n] >= g.milli
         else:
             ok &= self.whole_free[:n] >= g.count
         return ok
@@ -238,7 +286,14 @@ class ClusterSnapshot:
     def _static_mask(self, pod: PodRequest) -> BoolArray:
         g = pod.gpu
         kind = 0 if g.count == 0 else 1 if g.is_mig else 2 if g.is_fractional else 3
-        key = (pod.type_ok.tobytes() if g.count else b"", pod.allow_spot, pod.spot_only, pod.min_gpu_memory_gib, kind)
+        key = (
+            pod.type_ok.tobytes() if g.count else b"",
+            pod.allow_spot,
+            pod.spot_only,
+            pod.min_gpu_memory_gib,
+            kind,
+            pod.constraints,
+        )
         hit = self._static.get(key)
         if hit is not None and hit[0] == self._version:
             return hit[1]
@@ -263,10 +318,47 @@ class ClusterSnapshot:
                 ok &= sharing == SHARING_CODE[SharingMode.SHARED]
             else:
                 ok &= sharing != SHARING_CODE[SharingMode.MIG]
+                if self._any_replicas:  # the device plugin would spread its replicas over GPUs
+                    ok &= self.share_floor[:n] == 0
+        if pod.constraints is not None or self._tainted:
+            ok &= self.placeable(pod.constraints)
         if len(self._static) > 4096:
             self._static.clear()
         self._static[key] = (self._version, ok)
         return ok
+
+    def placeable(self, constraints: NodeConstraints | None) -> BoolArray:
+        """Mask of the nodes whose labels, name and taints let a pod of a job with ``constraints``
+        (None: none) run there (:mod:`gpufleet.model.constraints`); cached per snapshot version."""
+        hit = self._placeable.get(constraints)
+        if hit is not None and hit[0] == self._version:
+            return hit[1]
+        n = self.n
+        ok = np.ones(n, dtype=np.bool_)
+        tolerations = constraints.tolerations if constraints is not None else ()
+        for i in self._tainted:
+            ok[i] = tolerates_all(tolerations, self.node_taints[i])
+        if constraints is not None and constraints.selects:
+            for i in np.flatnonzero(ok).tolist():
+                ok[i] = matches(constraints, self.node_labels[i], self.names[i])
+        if len(self._placeable) > 1024:
+            self._placeable.clear()
+        self._placeable[constraints] = (self._version, ok)
+        return ok
+
+    def share_milli(self, i: int, pod: PodRequest) -> int:
+        """Milli-GPU a fractional ``pod`` reserves on node ``i``: its own, or one replica of a node
+        whose GPUs are replicas when that is more (module docstring)."""
+        return max(pod.gpu.milli, int(self.share_floor[i]))
+
+    def widen(self, a: Assignment, pod: PodRequest) -> Assignment | None:
+        """A placement policy's choice ``a`` for ``pod``, widened to one replica on a node whose GPUs
+        are replicas (its GPU kept when it has the room; else the snapshot's own choice); ``a`` as
+        it is anywhere else."""
+        if not self._any_replicas or not pod.gpu.is_fractional or a.milli >= self.share_floor[a.node]:
+            return a
+        keep = a.gpus if a.gpus and self.gpu_free[a.node, a.gpus[0]] >= self.share_milli(a.node, pod) else None
+        return self.assignment(a.node, pod, keep)
 
     def static_ok(self, i: int, pod: PodRequest) -> bool:
         """Could ``pod`` ever run on node ``i`` as it is (type, memory, sharing, spot, schedulable)?"""
@@ -288,6 +380,8 @@ class ClusterSnapshot:
                 return False
         elif not pod.allow_spot and self.capacity_type[i] == CAPACITY_CODE[CapacityType.SPOT]:
             return False
+        if (pod.constraints is not None or self._tainted) and not self.placeable(pod.constraints)[i]:
+            return False
         g = pod.gpu
         if g.count == 0:
             return True
@@ -308,7 +402,9 @@ class ClusterSnapshot:
             return False
         free = self.gpu_free[i, : int(self.gpu_count[i])]
         if g.is_fractional:
-            return mode == SHARING_CODE[SharingMode.SHARED] and bool((free >= g.milli).any())
+            return mode == SHARING_CODE[SharingMode.SHARED] and bool((free >= self.share_milli(i, pod)).any())
+        if self.share_floor[i]:
+            return False  # whole GPUs on a node whose GPUs are replicas (module docstring)
         return int((free >= MILLI).sum()) >= g.count
 
     def _mig_fits(self, profile: str, candidates: BoolArray) -> BoolArray:
@@ -406,7 +502,11 @@ class ClusterSnapshot:
             if prof is None:
                 return None
             milli, mig_compute = prof.milli, prof.compute_slices
-        elif gpus is None:
+        else:
+            if g.is_fractional:
+                milli = self.share_milli(node, pod)
+            if gpus is not None:
+                return Assignment(node, gpus, milli, pod.cpu_milli, pod.memory_mib)
             free = self.gpu_free[node, : int(self.gpu_count[node])]
             if g.is_fractional:
                 fits = np.flatnonzero(free >= milli)

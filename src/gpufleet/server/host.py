@@ -286,6 +286,9 @@ def kubernetes_world(settings: Settings, db: Database) -> tuple[Backend, Leaders
         renew_deadline_s=d * 2 / 3,
         renew_every_s=d / 7,
     )
+    from gpufleet.k8s.adapter.fence import Fenced
+
+    backend.fence = Fenced(leadership)  # the backend's writes only while the Lease is surely ours
     log.info(
         "backend: kubernetes at %s; leader election through Lease %s/%s as %s",
         api_client.configuration.host,
@@ -353,8 +356,10 @@ def build_server(settings: Settings) -> Server:
         db, backend, settings.scheduler, config, budgets=budgets, leadership=leadership, periodic=periodic
     )
     report = getattr(backend, "report_waiting", None)
-    if callable(report):  # Kubernetes: waiting pods say why (kubectl describe, Karpenter)
-        controller.periodic.append(Periodic("pod conditions", 5.0, lambda now: report(controller.loop.waiting)))
+    if callable(report):  # Kubernetes: waiting pods say why (kubectl get pods; node autoscalers: capacity only)
+        controller.periodic.append(
+            Periodic("pod conditions", 5.0, lambda now: report(controller.loop.waiting_statuses))
+        )
     if settings.backend == "kubernetes":  # CostBudgets and CostAttributions, reconciled by the leader
         from gpufleet.k8s.reconcile import custom_resources_duty
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpufleet.errors import InputError
+from gpufleet.model.constraints import Taint, constraints_from_dict, taint_from_dict, taint_to_dict
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import GpuRequest, Job, JobSpec, JobState, PodPlacement
 from gpufleet.model.node import CapacityType, GpuSharingFacts, Node, SharingMode
@@ -66,6 +67,7 @@ def job_spec_from_row(row: JobRow) -> JobSpec:
         estimated_runtime_s=row.estimated_runtime_s,
         gang_size=max(1, row.pods or 1),
         budget_usd=row.budget_usd,
+        constraints=constraints_from_dict(row.constraints, source=f"job {row.id}", at="constraints"),
     )
 
 
@@ -115,7 +117,19 @@ def node_from_row(row: NodeRow) -> Node:
         sharing=SharingMode(row.sharing),
         labels={str(k): str(v) for k, v in (row.labels or {}).items()},
         gpu_facts=gpu_facts_from_json(row.gpu_facts),
+        taints=taints_from_json(row.taints),
     )
+
+
+def taints_to_json(taints: Iterable[Taint]) -> list[dict[str, str]] | None:
+    """A node's taints as its row keeps them (``nodes.taints``, a Node's ``spec.taints`` shape);
+    None for none."""
+    return [taint_to_dict(t) for t in taints] or None
+
+
+def taints_from_json(data: Iterable[Any] | None) -> tuple[Taint, ...]:
+    """The inverse of :func:`taints_to_json` (NULL: none)."""
+    return tuple(taint_from_dict(d, source="nodes.taints", at=f"taints[{i}]") for i, d in enumerate(data or ()))
 
 
 def gpu_facts_to_json(facts: GpuSharingFacts) -> dict[str, Any] | None:

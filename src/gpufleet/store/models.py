@@ -132,6 +132,9 @@ class JobRow(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     updated_at: Mapped[float] = mapped_column(Float)
     budget_usd: Mapped[float | None] = mapped_column(Float, default=None)  # the job's own cost limit
+    # where its pods may run (migration 0013): the PodSpec's nodeSelector, required node affinity and
+    # tolerations (gpufleet.model.constraints); NULL: no constraint
+    constraints: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
     run_as: Mapped[str | None] = mapped_column(String(32), default=None)  # Unix account; None: the server's
 
 
@@ -184,6 +187,8 @@ class NodeRow(Base):
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # the node's GpuSharingFacts (store.convert); NULL: the default (unshared, nvidia.com/gpu)
     gpu_facts: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    # the taints that keep pods off it (migration 0013): [{key, value, effect}]; NULL: none
+    taints: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
     state: Mapped[str] = mapped_column(String(16), default="ready")  # ready | cordoned | removed
     added_at: Mapped[float] = mapped_column(Float)
     removed_at: Mapped[float | None] = mapped_column(Float, default=None)

@@ -59,8 +59,11 @@ def _g(group: str, resource: str, verb: str, scope: Scope = Scope.CLUSTER, when:
 # (file under src/gpufleet, client method) → what it needs. CustomObjectsApi methods take the group
 # and plural as arguments: their entries list every resource the file calls them with.
 CALLS: dict[tuple[str, str], frozenset[Grant]] = {
-    ("k8s/adapter/backend.py", "list_node"): frozenset({_g("", "nodes", "list")}),
-    ("k8s/adapter/backend.py", "list_pod_for_all_namespaces"): frozenset({_g("", "pods", "list")}),
+    # the backend's informers (k8s/adapter/informer.py): list once, then watch
+    ("k8s/adapter/backend.py", "list_node"): frozenset({_g("", "nodes", "list"), _g("", "nodes", "watch")}),
+    ("k8s/adapter/backend.py", "list_pod_for_all_namespaces"): frozenset(
+        {_g("", "pods", "list"), _g("", "pods", "watch")}
+    ),
     ("k8s/adapter/backend.py", "read_namespaced_pod"): frozenset({_g("", "pods", "get")}),
     ("k8s/adapter/backend.py", "create_namespaced_job"): frozenset({_g("batch", "jobs", "create")}),
     ("k8s/adapter/backend.py", "delete_namespaced_job"): frozenset({_g("batch", "jobs", "delete")}),
@@ -230,6 +233,13 @@ def custom_shape(method: str) -> tuple[str, bool]:
     if m is None:
         raise LookupError(f"{method}: unexpected path {path}")
     return request_verb(http, m.group(2) is not None), m.group(4) is not None
+
+
+# list methods the code hands to an informer (k8s/adapter/informer.py), which calls them with
+# watch=True too after its first list: they need list and watch
+INFORMED: frozenset[tuple[str, str]] = frozenset(
+    {("k8s/adapter/backend.py", "list_node"), ("k8s/adapter/backend.py", "list_pod_for_all_namespaces")}
+)
 
 
 def needed(*, karpenter: bool) -> set[Grant]:

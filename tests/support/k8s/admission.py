@@ -14,7 +14,11 @@ what it cares about and rejects a pod that does not fit, which the pod's status 
   node selector terms (``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt``; ``matchFields``
   on ``metadata.name``) — reason ``NodeAffinity``, message ``Predicate NodeAffinity failed``;
 - **taints**: only ``NoExecute`` taints the pod does not tolerate (the kubelet ignores
-  ``NoSchedule``: that is the scheduler's business) — reason ``TaintToleration``.
+  ``NoSchedule``: that is the scheduler's business) — reason ``TaintToleration``;
+- **devices**: the NVIDIA device plugin's allocation of ``nvidia.com/gpu`` / ``.shared``
+  (:mod:`tests.support.k8s.deviceplugin`: replicas spread over GPUs; MPS, and time-slicing with
+  ``failRequestsGreaterThanOne``, refuse more than one replica) — reason ``UnexpectedAdmissionError``;
+  :attr:`Verdict.devices` says which devices an admitted pod got.
 
 CPU, memory and pod counts are not checked (the substrate's nodes do not run out of them).
 """
@@ -25,6 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.k8s.deviceplugin import PLUGIN_RESOURCES
+from tests.support.k8s.deviceplugin import allocate as allocate_devices
 from tests.support.k8s.nodelifecycle import tolerates
 
 __all__ = ["Verdict", "admit", "extended_requests", "matches_node_affinity"]
@@ -38,6 +44,7 @@ class Verdict:
     reason: str = ""
     message: str = ""
     missing: tuple[str, ...] = field(default=())  # extended resources requested that the node does not list
+    devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # resource -> device IDs it got
 
 
 def _is_extended(name: str) -> bool:
@@ -116,8 +123,14 @@ def matches_node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bo
     return not terms or any(_term_matches(t, node) for t in terms)
 
 
-def admit(pod: Mapping[str, Any], node: Mapping[str, Any], admitted: Iterable[Mapping[str, Any]]) -> Verdict:
-    """The kubelet's verdict on ``pod`` for ``node``, with ``admitted`` the pods it already runs there."""
+def admit(
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any],
+    admitted: Iterable[Mapping[str, Any]],
+    used_devices: Iterable[str] = (),
+) -> Verdict:
+    """The kubelet's verdict on ``pod`` for ``node``, with ``admitted`` the pods it already runs there
+    (holding ``used_devices`` of the device plugin's)."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     asked = extended_requests(pod)
     missing = tuple(sorted(r for r in asked if r not in allocatable))
@@ -143,4 +156,8 @@ def admit(pod: Mapping[str, Any], node: Mapping[str, Any], admitted: Iterable[Ma
     for taint in (node.get("spec") or {}).get("taints") or []:
         if taint.get("effect") == "NoExecute" and not tolerates(tolerations, taint)[0]:
             return Verdict(False, "TaintToleration", "Predicate TaintToleration failed", missing)
-    return Verdict(True, missing=missing)
+    plugin = {r: asked[r] for r in PLUGIN_RESOURCES if r in asked and r not in missing}
+    got = allocate_devices(pod, node, plugin, used_devices) if plugin else None
+    if got is not None and got.error:
+        return Verdict(False, "UnexpectedAdmissionError", got.error, missing)
+    return Verdict(True, missing=missing, devices=dict(got.devices) if got is not None else {})

@@ -148,6 +148,10 @@ class Kubelet:
         self.rejected: list[tuple[str, str, str]] = []  # (namespace, pod, reason) the kubelet refused to run
         self.without: list[tuple[str, str, tuple[str, ...]]] = []  # pods started without a resource they asked for
         self.admitted: set[str] = set()  # uids of the pods this kubelet runs (their resources are in use)
+        # the device plugin's devices (tests/support/k8s/deviceplugin.py): held now, by pod uid, and
+        # every allocation made, (namespace, pod, node, resource -> device IDs) in order
+        self.devices: dict[str, Mapping[str, tuple[str, ...]]] = {}
+        self.allocations: list[tuple[str, str, str, Mapping[str, tuple[str, ...]]]] = []
         self._workers: dict[str, _PodWorker] = {}
 
     def sigterms(self, namespace: str | None = None, name: str | None = None) -> list[SignalRecord]:
@@ -290,9 +294,14 @@ class _PodWorker:
             if _meta(p).get("uid") in self.kubelet.admitted and _meta(p).get("uid") != self.uid
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]  # fmt: skip
-        verdict = admit(pod, node, others)
+        held = [self.kubelet.devices.get(_meta(p).get("uid", ""), {}) for p in others]
+        used = [d for devs in held for ids in devs.values() for d in ids]
+        verdict = admit(pod, node, others, used)
         if verdict.admit:
             self.kubelet.admitted.add(self.uid)
+            self.kubelet.devices[self.uid] = verdict.devices
+            if verdict.devices:
+                self.kubelet.allocations.append((self.namespace, self.name, node_name, verdict.devices))
             if verdict.missing:
                 self.kubelet.without.append((self.namespace, self.name, verdict.missing))
             return True
@@ -311,6 +320,7 @@ class _PodWorker:
                 await self._run_admitted()
         finally:
             self.kubelet.admitted.discard(self.uid)
+            self.kubelet.devices.pop(self.uid, None)
 
     async def _run_admitted(self) -> None:
         pod = self.current()
@@ -501,6 +511,7 @@ def gpu_node(
     gpu_count: int = 8,
     gpu_memory_mib: int = 81920,
     replicas: int = 1,
+    sharing_strategy: str = "time-slicing",
     mig: Mapping[str, int] | None = None,
     capacity_type: str = "on-demand",
     instance_type: str = "p4de.24xlarge",
@@ -512,10 +523,13 @@ def gpu_node(
     labels: Mapping[str, str] | None = None,
     taints: list[dict[str, Any]] | None = None,
     ready: bool = True,
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A Node as GPU Feature Discovery, the NVIDIA device plugin and Karpenter would label it.
 
-    ``replicas`` > 1 is time-slicing (``nvidia.com/gpu`` = count × replicas); ``mig`` maps MIG
+    ``replicas`` > 1 is time-slicing, or MPS with ``sharing_strategy="mps"`` (``nvidia.com/gpu`` =
+    count × replicas; the device plugin's allocation: :mod:`tests.support.k8s.deviceplugin`, which
+    also reads ``annotations``); ``mig`` maps MIG
     profiles (``"1g.10gb"``) to instance counts under the mixed strategy (``nvidia.com/mig-1g.10gb``
     resources instead of ``nvidia.com/gpu``).
     """
@@ -537,7 +551,7 @@ def gpu_node(
         node_labels["karpenter.sh/nodepool"] = nodepool
         node_labels["karpenter.sh/registered"] = "true"
     if replicas > 1:
-        node_labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+        node_labels["nvidia.com/gpu.sharing-strategy"] = sharing_strategy
     capacity: dict[str, str] = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "500Gi"}
     if mig:
         node_labels["nvidia.com/mig.strategy"] = "mixed"
@@ -574,7 +588,11 @@ def gpu_node(
     node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": node_labels},
+        "metadata": {
+            "name": name,
+            "labels": node_labels,
+            **({"annotations": dict(annotations)} if annotations else {}),
+        },
         "spec": {"providerID": f"kwok://{region}/{name}"},
         "status": {
             "capacity": capacity,

@@ -48,16 +48,20 @@ from gpufleet.backends.base import (
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.k8s.adapter.api import call_json, with_deadline
-from gpufleet.k8s.adapter.dcgm import parse_dcgm
+from gpufleet.k8s.adapter.dcgm import split_time_sliced_memory
+from gpufleet.k8s.adapter.dcgm_scrape import DcgmScraper
+from gpufleet.k8s.adapter.fence import Fenced
 from gpufleet.k8s.adapter.informer import Informer, wait_filled
 from gpufleet.k8s.adapter.nodes import node_info, unschedulable_reason
-from gpufleet.k8s.adapter.objects import batch_job, binding, eviction, job_name, pod_scheduled_false
+from gpufleet.k8s.adapter.objects import batch_job, binding, eviction, job_name
 from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
+from gpufleet.k8s.adapter.waiting import pod_condition_for
 from gpufleet.k8s.vocabulary import KEY_JOB_ID, KEY_RUN, LABEL_ADOPTED_OWNER, LABEL_GPU_COUNT
 from gpufleet.model.gpu import gpu_model, split_mig_attribute
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import Node, NodePool
 from gpufleet.model.share import replicas_gpus
+from gpufleet.scheduling.framework import Status
 
 if TYPE_CHECKING:
     from gpufleet.k8s.adapter.provisioner import KarpenterProvisioner
@@ -65,6 +69,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE = "python:3.11-slim"
+# how long an adopted run waits for its controller's replacement pods before it fails
+ADOPTED_PODS_WAIT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,11 @@ class KubernetesOptions:
     # how long inventory()/recover() wait for the informers' first list before giving up (an error
     # the loop retries: nothing is decided from an empty cache)
     sync_timeout_s: float = 30.0
+    # an ended run's Job and pods are kept this long after the poll that reported its end (its logs:
+    # ``gpufleet logs``, ``kubectl logs``), then deleted: the ledger has the end, and finished Jobs
+    # must not pile up in the cluster and in every watch cache
+    keep_finished_s: float = 600.0
+    keep_failed_s: float = 3600.0  # a run that failed or timed out: longer, for its post-mortem
 
     def namespace(self, team: str) -> str:
         return self.namespace_of_team.get(team, team)
@@ -104,6 +115,8 @@ class _Run:
     blocked: str | None = None  # why the last stop attempt did not get through (a PodDisruptionBudget's 429)
     # pods bound by us whose binding the pod cache has not shown yet: name -> node (the assume cache)
     assumed: dict[str, str] = field(default_factory=dict)
+    # an adopted run launched before its owner's replacement pods exist: monotonic time it gives up
+    pods_due: float | None = None
 
 
 def _retry_after(e: Exception) -> float:
@@ -188,6 +201,7 @@ class KubernetesBackend:
         options: KubernetesOptions | None = None,
         *,
         provisioner: KarpenterProvisioner | None = None,  # node provisioning through Karpenter NodeClaims
+        fence: Fenced | None = None,  # writes only while leadership is sure (default: never refused)
     ) -> None:
         from kubernetes import client
 
@@ -199,8 +213,12 @@ class KubernetesBackend:
         self.batch: Any = client.BatchV1Api(api_client)
         self.catalog = catalog
         self.options = options or KubernetesOptions()
+        # every write asks the fence for its deadline: a leader that cannot renew its Lease stops
+        # writing before another replica can take the Lease over (:mod:`.fence`)
+        self.fence = fence or Fenced()
         self._runs: dict[tuple[str, int], _Run] = {}
         self._nodes: dict[str, Node] = {}
+        self._dcgm: DcgmScraper | None = None  # made on the first telemetry() (its urls can change)
         self._notified: set[str] = set()  # nodes whose spot notice was reported
         self._cordoned: dict[str, str] = {}  # nodes that take no new work (reported NODE_CORDONED) -> why
         self.provisioner = provisioner
@@ -221,6 +239,8 @@ class KubernetesBackend:
             field_selector="status.phase!=Succeeded,status.phase!=Failed",
         )
         self._nodes_seen = -1  # node_cache.version when node events were last worked out
+        # ended runs whose Job is deleted at the next poll, once the loop has stored their end
+        self._finished: list[tuple[float, _Run]] = []  # (monotonic time due, run)
         self.capabilities = Capabilities(
             frozenset(
                 {
@@ -316,13 +336,18 @@ class KubernetesBackend:
             grace_s=req.grace_s,
             max_runtime_s=req.max_runtime_s,
             gang_size=len(req.placement),
+            constraints=req.constraints,
         )
         name = str(body["metadata"]["name"])
         try:
-            self.batch.create_namespaced_job(ns, body, _preload_content=False)
+            self.batch.create_namespaced_job(
+                ns, body, _preload_content=False, _request_timeout=self.fence.check(f"creating Job {ns}/{name}")
+            )
         except ApiException as e:
             if e.status != 409:  # 409: it exists (a launch replayed after a crash): take it as ours
                 raise BackendError(f"creating Job {ns}/{name}: {e.status} {e.reason}: {(e.body or '')[:300]}") from None
+        except BackendError:
+            raise
         except Exception as e:
             raise BackendError(f"creating Job {ns}/{name}: {e}") from None
         run = _Run(req.job_id, req.run, ns, name, tuple(p.node for p in req.placement), self.options.now())
@@ -335,9 +360,16 @@ class KubernetesBackend:
         is complete (after a stop, its own controller may still be making the pods again)."""
         wait_filled([self.pod_cache], self.options.sync_timeout_s, "reading gpufleet's pods")
         pods = self.pod_cache.by_index(req.job_id)
+        owner = req.labels[LABEL_ADOPTED_OWNER]  # namespace/Kind/name
+        namespace = pods[0].namespace if pods else owner.split("/", 1)[0]
+        if not namespace:
+            raise BackendError(f"job {req.job_id} ({owner}) has no pod left to run")
+        run = _Run(req.job_id, req.run, namespace, "", tuple(p.node for p in req.placement), self.options.now())
         if not any(not p.terminal and p.deletion_timestamp is None for p in pods):
-            raise BackendError(f"job {req.job_id} ({req.labels[LABEL_ADOPTED_OWNER]}) has no pod left to run")
-        run = _Run(req.job_id, req.run, pods[0].namespace, "", tuple(p.node for p in req.placement), self.options.now())
+            # its controller replaces a failed or deleted pod only once that pod is gone or has
+            # failed (podReplacementPolicy Failed): the run waits a while for the replacement (its
+            # pods join by the job id the adopter gave them) rather than failing the job
+            run.pods_due = time.monotonic() + ADOPTED_PODS_WAIT_S
         self._runs[(req.job_id, req.run)] = run
         self._claim(run, pods)
         return self._handle(run)
@@ -361,10 +393,13 @@ class KubernetesBackend:
                     pod.namespace,
                     {"metadata": {"annotations": {KEY_RUN: str(r.run)}}},
                     _preload_content=False,
+                    _request_timeout=self.fence.check(f"marking pod {pod.key}"),
                 )
             except ApiException as e:
                 if e.status != 404:
                     log.warning("marking pod %s as run %d: %s %s", pod.key, r.run, e.status, e.reason)
+            except Exception as e:  # a timeout, a closed write window: marked again at the next poll
+                log.warning("marking pod %s as run %d: %s", pod.key, r.run, e)
 
     def _handle(self, run: _Run) -> RunHandle:
         return RunHandle(run.job_id, run.run, 0, run.started_at, f"k8s://{run.namespace}/job/{run.job}")
@@ -398,7 +433,12 @@ class KubernetesBackend:
         try:
             if r.job and not r.job_deleted:  # (adopted pods: their own controller decides about replacements)
                 try:
-                    self.batch.delete_namespaced_job(r.job, r.namespace, propagation_policy="Orphan")
+                    self.batch.delete_namespaced_job(
+                        r.job,
+                        r.namespace,
+                        propagation_policy="Orphan",
+                        _request_timeout=self.fence.check(f"deleting Job {r.namespace}/{r.job}"),
+                    )
                 except ApiException as e:
                     if e.status != 404:
                         raise
@@ -410,13 +450,19 @@ class KubernetesBackend:
                     continue
                 try:
                     if pod.node is None:  # never bound: nothing runs, delete it outright
-                        self.core.delete_namespaced_pod(pod.name, pod.namespace, grace_period_seconds=0)
+                        self.core.delete_namespaced_pod(
+                            pod.name,
+                            pod.namespace,
+                            grace_period_seconds=0,
+                            _request_timeout=self.fence.check(f"deleting pod {pod.key}"),
+                        )
                     else:
                         self.core.create_namespaced_pod_eviction(
                             pod.name,
                             pod.namespace,
                             eviction(pod.namespace, pod.name, r.grace_s),
                             _preload_content=False,
+                            _request_timeout=self.fence.check(f"evicting pod {pod.key}"),
                         )
                 except ApiException as e:
                     if e.status == 404:
@@ -461,6 +507,7 @@ class KubernetesBackend:
         costs next to nothing). Until the pod cache has listed once, no run is judged."""
         self.node_cache.start()
         self.pod_cache.start()
+        self._clean_finished()
         node_events = self._node_events()
         if self.provisioner is not None:  # claims that will not join under their own name
             node_events += self.provisioner.events(set(self._nodes), self.options.now())
@@ -484,6 +531,22 @@ class KubernetesBackend:
             elif not r.bound and not lost:
                 if not r.job:  # adopted: pods its controller made since the launch join the run
                     self._claim(r, [p for p in pods if p.run != r.run])
+                    live = [p for p in mine if not p.terminal and p.deletion_timestamp is None]
+                    if live:
+                        r.pods_due = None
+                    elif r.pods_due is not None:
+                        if time.monotonic() > r.pods_due:
+                            del self._runs[key]
+                            events.append(
+                                BackendEvent(
+                                    EventKind.FAILED,
+                                    self.options.now(),
+                                    r.job_id,
+                                    r.run,
+                                    reason=f"its controller made no pod to run in {ADOPTED_PODS_WAIT_S:.0f} s",
+                                )
+                            )
+                        continue
                 self._bind(r, mine)
                 if r.bound:
                     continue  # the pods as cached predate their binding
@@ -497,6 +560,10 @@ class KubernetesBackend:
                 # disrupted by someone else (a drain, a node gone): its Job goes, so the Job controller
                 # does not make its pods again (nor for those the pod garbage collector deletes)
                 self._delete_job(r)
+            elif r.job:
+                failed = ev.kind in (EventKind.FAILED, EventKind.TIMED_OUT)
+                keep = self.options.keep_failed_s if failed else self.options.keep_finished_s
+                self._finished.append((time.monotonic() + keep, r))
         # ends first: a run that ended on a node before the node went is ended, not lost
         return events + node_events
 
@@ -511,11 +578,45 @@ class KubernetesBackend:
                 kept.append(p)
                 continue
             try:
-                self.core.delete_namespaced_pod(p.name, p.namespace, grace_period_seconds=0)
+                self.core.delete_namespaced_pod(
+                    p.name,
+                    p.namespace,
+                    grace_period_seconds=0,
+                    _request_timeout=self.fence.check(f"deleting pod {p.key}"),
+                )
             except ApiException as e:
                 if e.status != 404:
                     log.warning("deleting stray pod %s: %s %s", p.key, e.status, e.reason)
+            except Exception as e:  # deleted at the next poll
+                log.warning("deleting stray pod %s: %s", p.key, e)
         return kept
+
+    def _clean_finished(self) -> None:
+        """Delete the Jobs (and pods) of ended runs once their time is up (``keep_finished_s`` after
+        the poll that reported the end; the loop has stored the end since, so nothing is lost), so
+        finished Jobs do not pile up in the cluster (and in every list and watch cache) for ever. A
+        Job that cannot be deleted now is tried at the next poll."""
+        from kubernetes.client.exceptions import ApiException
+
+        left = []
+        now = time.monotonic()
+        for due, r in self._finished:
+            if due > now:
+                left.append((due, r))
+                continue
+            try:
+                self.batch.delete_namespaced_job(
+                    r.job,
+                    r.namespace,
+                    propagation_policy="Background",
+                    _request_timeout=self.fence.check(f"deleting Job {r.namespace}/{r.job}"),
+                )
+            except ApiException as e:
+                if e.status != 404:
+                    left.append((due, r))
+            except Exception:  # a timeout: the next poll tries again
+                left.append((due, r))
+        self._finished = left
 
     def _delete_job(self, r: _Run) -> None:
         """Delete a run's Job with its pods (none is replaced; running ones get their grace)."""
@@ -524,10 +625,17 @@ class KubernetesBackend:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.batch.delete_namespaced_job(r.job, r.namespace, propagation_policy="Background")
+            self.batch.delete_namespaced_job(
+                r.job,
+                r.namespace,
+                propagation_policy="Background",
+                _request_timeout=self.fence.check(f"deleting Job {r.namespace}/{r.job}"),
+            )
         except ApiException as e:
             if e.status != 404:
                 log.warning("deleting Job %s/%s: %s %s", r.namespace, r.job, e.status, e.reason)
+        except Exception as e:  # its pods end anyway; the Job stays until someone deletes it
+            log.warning("deleting Job %s/%s: %s", r.namespace, r.job, e)
 
     def _bind(self, r: _Run, pods: list[PodFacts]) -> None:
         waiting = [p for p in pods if not p.terminal and p.deletion_timestamp is None]
@@ -542,7 +650,11 @@ class KubernetesBackend:
                 return  # the device plugin has not advertised the GPUs yet: a container would start without one
             try:
                 self.core.create_namespaced_pod_binding(
-                    pod.name, pod.namespace, binding(pod.namespace, pod.name, node), _preload_content=False
+                    pod.name,
+                    pod.namespace,
+                    binding(pod.namespace, pod.name, node),
+                    _preload_content=False,
+                    _request_timeout=self.fence.check(f"binding pod {pod.key}"),
                 )
             except ApiException as e:
                 # A 409 is "already bound" only if the pod says so (ours, before a restart or a lost
@@ -603,7 +715,7 @@ class KubernetesBackend:
                 return None
             ends = [p.finished_at for p in pods if p.finished_at is not None]
             # a pod failed by itself before the stop reached it (no DisruptionTarget: not evicted): the run failed
-            own = [p for p in pods if p.phase == "Failed" and not _disrupted(p)]
+            own = [p for p in pods if p.phase == "Failed" and not _disrupted(p) and not p.rejected]
             if own:
                 p = own[0]
                 return BackendEvent(
@@ -642,6 +754,21 @@ class KubernetesBackend:
             )
         if not pods:
             return None
+        rejected = [p for p in pods if p.rejected]
+        if rejected:
+            # the kubelet refused the pod (its node's affinity, taints or devices): nothing of the
+            # job ran; the run is lost and the job goes back to the queue, with the kubelet's reason
+            p = rejected[0]
+            return BackendEvent(
+                EventKind.LOST,
+                now,
+                r.job_id,
+                r.run,
+                reason=f"pod {p.key} was rejected by the kubelet on {p.node}: "
+                f"{p.status_reason}: {p.status_message}".rstrip(": "),
+                started_at=started,
+                ended_at=p.finished_at or now,
+            )
         failed = [p for p in pods if p.phase == "Failed"]
         if failed:
             p = failed[0]
@@ -705,6 +832,10 @@ class KubernetesBackend:
             self._notified.discard(name)
         for name in sorted(set(seen) - set(self._nodes)):
             out.append(BackendEvent(EventKind.NODE_ADDED, now, node=name))
+        for name in sorted(set(seen) & set(self._nodes)):
+            old, new = self._nodes[name], seen[name]
+            if old.labels != new.labels or old.taints != new.taints:  # relabelled, tainted: placements follow
+                out.append(BackendEvent(EventKind.NODE_CHANGED, now, node=name))
         for name in sorted(set(cordoned) - set(self._cordoned)):
             out.append(BackendEvent(EventKind.NODE_CORDONED, now, node=name, reason=f"node {name}: {cordoned[name]}"))
         for name in sorted((set(self._cordoned) - set(cordoned)) & set(seen)):
@@ -728,29 +859,44 @@ class KubernetesBackend:
             out[pod.node] = out.get(pod.node, 0) + whole
         return out
 
-    def report_waiting(self, waiting: Mapping[str, str]) -> int:
-        """Say on each unbound pod of a queued job why it waits (job id → the scheduler's reason):
-        condition ``PodScheduled=False``, reason ``Unschedulable``, gpufleet's reason as the message —
-        what ``kubectl describe`` shows and what Karpenter reads as demand. Only changed messages are
-        written; returns how many pods were patched."""
+    def report_waiting(self, waiting: Mapping[str, Status]) -> int:
+        """Say on each unbound pod of a queued job why it waits (job id → the cycle's status):
+        condition ``PodScheduled=False`` with gpufleet's reason as the message — what ``kubectl get
+        pods`` shows. The condition's reason is ``Unschedulable`` (what node autoscalers provision
+        for) only when capacity is why and gpufleet does not provision nodes itself; every other wait
+        is ``SchedulingGated`` (:func:`.waiting.pod_condition_for`: one provisioner at a time). Only
+        changed conditions are written; returns how many pods were patched."""
         from kubernetes.client.exceptions import ApiException
 
+        provisioning = self.provisioner is not None
         patched = 0
         for pod in self._pods():
-            why = waiting.get(pod.job_id or "")
-            if why is None or pod.node is not None or pod.terminal or pod.deletion_timestamp is not None:
+            st = waiting.get(pod.job_id or "")
+            if st is None or pod.node is not None or pod.terminal or pod.deletion_timestamp is not None:
                 continue
-            cond = pod.condition("PodScheduled")
-            if cond is not None and cond.status == "False" and cond.message == why:
+            cond = pod_condition_for(st.kind, st.reason, provisioning, self.options.now())
+            old = pod.condition("PodScheduled")
+            if (
+                old is not None
+                and old.status == "False"
+                and old.reason == cond.get("reason")
+                and old.message == cond.get("message")
+            ):
                 continue
             try:
                 self.core.patch_namespaced_pod_status(
-                    pod.name, pod.namespace, pod_scheduled_false(why, self.options.now()), _preload_content=False
+                    pod.name,
+                    pod.namespace,
+                    {"status": {"conditions": [cond]}},
+                    _preload_content=False,
+                    _request_timeout=self.fence.check(f"writing pod {pod.key}'s PodScheduled"),
                 )
                 patched += 1
             except ApiException as e:
                 if e.status != 404:
                     log.warning("pod %s: writing PodScheduled=False: %s %s", pod.key, e.status, e.reason)
+            except Exception as e:  # a timeout: written again at the next report
+                log.warning("pod %s: writing PodScheduled=False: %s", pod.key, e)
         return patched
 
     def node(self, name: str) -> Node | None:
@@ -792,33 +938,39 @@ class KubernetesBackend:
     def telemetry(self) -> list[GpuSample]:
         """GPU utilization and memory from the DCGM exporters (``dcgm_urls``), per GPU, with each
         gpufleet job's memory (the exporter's ``pod``/``namespace`` labels mapped to the job of the
-        pod). An exporter that cannot be read or parsed is logged and skipped."""
-        if not self.options.dcgm_urls:
+        pod; a time-sliced GPU's split among the pods holding its replicas, by share). The
+        exporters are read in the background, all at once with one deadline
+        (:class:`.dcgm_scrape.DcgmScraper`): the leader's step never waits on one; what has not been
+        read yet, or was read too long ago, is missing."""
+        urls = tuple(dict.fromkeys(self.options.dcgm_urls))
+        if self._dcgm is None or self._dcgm.urls != urls:
+            if self._dcgm is not None:
+                self._dcgm.close()
+            self._dcgm = DcgmScraper(urls, now=self.options.now) if urls else None
+        if self._dcgm is None:
             return []
-        import httpx
-
-        now = self.options.now()
-        job_of = {p.key: p.job_id for p in self._pods() if p.job_id}
+        pods = self._pods()
+        job_of = {p.key: p.job_id for p in pods if p.job_id}
+        shared: dict[str, dict[str, float]] = {}
+        for p in pods:
+            node = self._nodes.get(p.node or "")
+            if node is not None and node.gpu_facts.replicas > 1 and p.gpu_count and p.phase == "Running":
+                shared.setdefault(node.name, {})[p.key] = p.gpu_count
         out: list[GpuSample] = []
-        for url in self.options.dcgm_urls:
-            try:
-                resp = httpx.get(url, timeout=2.0)
-                resp.raise_for_status()
-                samples = parse_dcgm(resp.text, now, source=url)
-            except (httpx.HTTPError, GpufleetError) as e:
-                log.warning("DCGM exporter %s: %s", url, e)
-                continue
-            for g in samples:
-                jobs: dict[str, float] = {}
-                for pod, mib in g.job_memory_mib.items():
-                    job = job_of.get(pod)
-                    if job is not None:
-                        jobs[job] = jobs.get(job, 0.0) + mib
-                out.append(replace(g, job_memory_mib=jobs))
+        for g in split_time_sliced_memory(self._dcgm.latest(), shared):
+            jobs: dict[str, float] = {}
+            for pod, mib in g.job_memory_mib.items():
+                job = job_of.get(pod)
+                if job is not None:
+                    jobs[job] = jobs.get(job, 0.0) + mib
+            out.append(replace(g, job_memory_mib=jobs))
         return out
 
     def close(self) -> None:
         self._runs.clear()
+        self._finished.clear()
+        if self._dcgm is not None:
+            self._dcgm.close()
         for cache in (self.pod_cache, self.node_cache, self.foreign_cache):
             cache.stop()
 

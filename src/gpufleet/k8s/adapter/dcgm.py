@@ -14,7 +14,9 @@ Pure parsing: the text of one scrape of ``/metrics`` in, one sample per (node, G
 
 ``job_memory_mib`` is keyed ``namespace/pod``: a MIG slice's memory belongs to its pod; a whole GPU's
 to the pod holding it; a GPU that several pods share (time-slicing) has its memory split evenly
-among them — an estimate, as DCGM does not see per-process memory.
+among the pods the exporter names — an estimate, as DCGM does not see per-process memory. The
+exporter names one pod per time-sliced GPU unless it runs with ``--kubernetes-virtual-gpus``:
+:func:`split_time_sliced_memory` re-splits such GPUs among the pods that hold their replicas, by share.
 
 DCGM's blank sentinels (:func:`is_blank`) are missing readings, not values. Every line is checked
 by ``prometheus_client``'s parser; a malformed one (or a metric of ours with
@@ -26,7 +28,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -183,6 +186,77 @@ def _sample(host: str, index: int, gpu: _Gpu, now: float) -> GpuSample:
         temperature_c=dev.values.get(GPU_TEMP),
         power_w=dev.values.get(POWER_USAGE),
     )
+
+
+def split_time_sliced_memory(
+    samples: Sequence[GpuSample], shared: Mapping[str, Mapping[str, float]], *, source: str = "time-sliced pods"
+) -> list[GpuSample]:
+    """The samples with the memory of time-sliced GPUs split among the pods holding their replicas,
+    each ``used × its share / the shares' total``.
+
+    ``shared`` is, per node, the pods holding replicas of its time-sliced GPUs: pod key
+    (``namespace/pod``) → share (replicas, or milli; one unit per node: only the ratio counts).
+    Why: on a time-sliced GPU dcgm-exporter names the pod the kubelet lists last for the GPU (its
+    device-to-pod map keeps one pod per device), so :func:`parse_dcgm` gave all the memory to that
+    one pod, and none to the others sharing the GPU. DCGM cannot see which process uses what, so a
+    split by share is the estimate, as the replicas are what each pod was given.
+
+    Which GPU a pod's replicas are on is the device plugin's choice, which gpufleet does not see:
+
+    - a GPU the exporter names two or more pods on (``--kubernetes-virtual-gpus``: it then names
+      every pod sharing each GPU) locates those pods: its memory is split among them by share when
+      all are in ``shared``; when some are not (someone else's pods, whose shares gpufleet does not
+      know), the parser's even split stays. Located pods take no part in the node's other GPUs;
+    - every other GPU of the node (the exporter names one pod, which tells nothing about the others
+      on it, or none) is split among the node's pods not located so, by share: each pod's memory over
+      these GPUs is their memory total × its share / the shares' total. A pod the exporter named
+      there that is not in ``shared`` (not gpufleet's) gets nothing: its naming was the kubelet's
+      pick, not a measurement. With no such pod left, the GPU stays as parsed.
+
+    Nodes not in ``shared`` are unchanged: GPUs held whole (exclusive) and MIG nodes (gpufleet's
+    node model makes a node time-sliced or MIG, never both: :func:`~gpufleet.k8s.adapter.nodes.node_info`).
+    Pods gpufleet does not know of are not in the split, so gpufleet's pods carry the memory of any
+    foreign pod sharing an unlocated GPU: an over-estimate the caller avoids by naming those pods too.
+    A share that is not a finite positive number raises :class:`~gpufleet.errors.InputError` naming
+    the node and pod. Pure: the samples are not changed, new ones are returned in their order.
+    """
+    for node, pods in shared.items():
+        for pod, share in pods.items():
+            if isinstance(share, bool) or not isinstance(share, int | float) or not math.isfinite(share) or share <= 0:
+                raise InputError(
+                    f"node {node}: pod {pod}: a share must be a positive number, got {share!r}",
+                    source=source,
+                    field="share",
+                )
+    out = list(samples)
+    by_node: dict[str, list[int]] = {}
+    for i, g in enumerate(out):
+        if shared.get(g.node):
+            by_node.setdefault(g.node, []).append(i)
+    for node, indices in by_node.items():
+        shares = shared[node]
+        located: set[str] = set()
+        pooled: list[int] = []
+        for i in indices:
+            named = set(out[i].job_memory_mib)
+            if len(named) < 2:
+                pooled.append(i)
+                continue
+            located |= named & set(shares)
+            if named <= set(shares):
+                out[i] = replace(
+                    out[i], job_memory_mib=_by_share(out[i].memory_used_mib, {p: shares[p] for p in named})
+                )
+        rest = {p: s for p, s in shares.items() if p not in located}
+        for i in pooled:
+            if rest:
+                out[i] = replace(out[i], job_memory_mib=_by_share(out[i].memory_used_mib, rest))
+    return out
+
+
+def _by_share(used_mib: float, shares: Mapping[str, float]) -> dict[str, float]:
+    total = sum(shares.values())
+    return {pod: used_mib * share / total for pod, share in sorted(shares.items())}
 
 
 def _clip(line: str, n: int = 120) -> str:

@@ -67,6 +67,17 @@ def _rv(obj: dict[str, Any]) -> str | None:
     return str(rv) if rv not in (None, "") else None
 
 
+def _socket_of(resp: Any) -> socket.socket | None:
+    """The socket an urllib3 response reads from: its connection's, or (when http.client let go of
+    the connection, an answer that ends with the connection) the one behind its file object."""
+    sock = getattr(getattr(resp, "_connection", None), "sock", None)
+    if isinstance(sock, socket.socket):
+        return sock
+    raw = getattr(getattr(getattr(resp, "_fp", None), "fp", None), "raw", None)
+    sock = getattr(raw, "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
 class Informer(Generic[T]):
     """A cache of one kind of object (optionally narrowed by selectors), kept current by a watch.
 
@@ -100,6 +111,7 @@ class Informer(Generic[T]):
         self.read_timeout_s = read_timeout_s
         self._lock = threading.Lock()
         self._items: dict[Key, T] = {}
+        self._rvs: dict[Key, str] = {}  # each cached object's resourceVersion (what the cache has seen of it)
         self._index: dict[Hashable, set[Key]] = {}
         self._changed: set[Hashable] = set()
         self._synced = threading.Event()
@@ -125,7 +137,7 @@ class Informer(Generic[T]):
         if resp is not None:
             # shut the socket down (close() would wait for the lock the reading thread holds): the
             # read blocked on the watch returns at once
-            sock = getattr(getattr(resp, "_connection", None), "sock", None)
+            sock = _socket_of(resp)
             if sock is not None:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
@@ -178,6 +190,7 @@ class Informer(Generic[T]):
 
     def _list(self) -> None:
         items: dict[Key, T] = {}
+        rvs: dict[Key, str] = {}
         rv: str | None = None
         token: str | None = None
         while True:
@@ -197,6 +210,7 @@ class Informer(Generic[T]):
                     got = self._read(obj)
                     if got is not None:
                         items[object_key(obj)] = got
+                        rvs[object_key(obj)] = _rv(obj) or ""
             token = meta.get("continue") or None
             if not token:
                 break
@@ -204,6 +218,7 @@ class Informer(Generic[T]):
         with self._lock:
             old = self._items
             self._items = items
+            self._rvs = rvs
             self._index = {}
             for key, item in items.items():
                 self._add_index(key, item)
@@ -232,6 +247,8 @@ class Informer(Generic[T]):
         )
         self._response = resp
         try:
+            if self._stop.is_set():  # stop() came while the watch was being opened (it saw no response)
+                return
             buffered = b""
             # amt=None: each chunk of the chunked answer as it arrives (a fixed size would wait for it)
             for chunk in resp.stream(amt=None, decode_content=True):
@@ -273,12 +290,14 @@ class Informer(Generic[T]):
             key = object_key(obj)
             with self._lock:
                 old = self._items.pop(key, None)
+                self._rvs.pop(key, None)
                 if old is not None:
                     self._drop_index(key, old)
                 if kind in ("ADDED", "MODIFIED"):
                     got = self._read(obj)
                     if got is not None:
                         self._items[key] = got
+                        self._rvs[key] = rv or ""
                         self._add_index(key, got)
                 self.version += 1
             if rv:
@@ -333,6 +352,11 @@ class Informer(Generic[T]):
     def by_index(self, key: Hashable) -> list[T]:
         with self._lock:
             return [self._items[k] for k in self._index.get(key, ()) if k in self._items]
+
+    def resource_versions(self) -> dict[Key, str]:
+        """Each cached object's resourceVersion: compared with the server's, whether the cache is current."""
+        with self._lock:
+            return dict(self._rvs)
 
     def drain_changed(self) -> set[Hashable]:
         """Index keys whose items changed since the last call (and forget them)."""

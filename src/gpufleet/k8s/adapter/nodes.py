@@ -10,7 +10,11 @@ GPU model (canonical name)             ``nvidia.com/gpu.product`` (GPU Feature D
                                        (time-slicing) and ``-MIG-<profile>`` (MIG single) suffixes
                                        are removed first; ``nvidia.com/gpu.memory`` (MiB) tells
                                        40 from 80 GB where the name does not. No GFD label: the
-                                       catalog offering of the instance type, if any.
+                                       cloud's (``cloud.google.com/gke-accelerator``, Karpenter's
+                                       ``karpenter.k8s.aws/instance-gpu-name``,
+                                       ``k8s.amazonaws.com/accelerator``); else the catalog offering
+                                       of the instance type (AKS: ``kubernetes.azure.com/accelerator``
+                                       says only ``nvidia``)
 GPU count                              allocatable ``nvidia.com/gpu`` (or ``nvidia.com/gpu.shared``)
                                        ÷ replicas (what the kubelet admits; an unhealthy GPU is not
                                        counted); none allocatable: 0, though the node is priced for
@@ -19,13 +23,22 @@ time-slicing / MPS                     ``nvidia.com/gpu.replicas`` > 1 → :attr
                                        one replica is ``1000 // replicas`` milli-GPU
                                        (``Node.gpu_facts.replicas``); the device plugin advertises
                                        ``replicas × GPUs`` of ``nvidia.com/gpu`` (or of
-                                       ``nvidia.com/gpu.shared`` with ``renameByDefault``)
+                                       ``nvidia.com/gpu.shared`` with ``renameByDefault``); on GKE
+                                       ``cloud.google.com/gke-max-shared-clients-per-gpu`` > 1 with
+                                       ``gke-gpu-sharing-strategy`` (``time-sharing`` | ``mps``)
 MIG (mixed strategy)                   allocatable ``nvidia.com/mig-<profile>`` → :attr:`SharingMode.MIG`
                                        with those profiles (``Node.gpu_facts.mig_profiles``);
                                        GPU count from ``nvidia.com/gpu.count``
 MIG (single strategy)                  ``nvidia.com/mig.strategy=single``: allocatable
                                        ``nvidia.com/gpu`` counts slices of the one profile named
-                                       in the product label; GPUs = slices ÷ slices per GPU
+                                       in the product label; GPUs = slices ÷ slices per GPU. GKE's
+                                       MIG is the same: ``cloud.google.com/gke-gpu-partition-size``
+                                       names the profile (GPUs: ``gke-accelerator-count``)
+MIG profile attributes                 ``1g.10gb+me`` (media engines) is the resource
+                                       ``nvidia.com/mig-1g.10gb.me`` and the product suffix
+                                       ``-MIG-1g.10gb.me``: a slice of ``1g.10gb``, one per GPU; a
+                                       profile the GPU model lacks is noted and logged (sized by its
+                                       name), never read as whole GPUs
 capacity type                          ``karpenter.sh/capacity-type``, ``eks.amazonaws.com/capacityType``,
                                        ``cloud.google.com/gke-spot`` / ``gke-preemptible``,
                                        ``kubernetes.azure.com/scalesetpriority``, ...
@@ -60,12 +73,21 @@ from gpufleet.cost.catalog import PriceCatalog, PriceEntry
 from gpufleet.errors import CatalogError, InputError
 from gpufleet.k8s.vocabulary import (
     ANNOTATION_HOURLY_PRICE,
+    AWS_GPU_MEMORY,
+    AWS_GPU_NAME,
     GPU_RESOURCE,
+    LABEL_AKS_ACCELERATOR,
     LABEL_AKS_AGENTPOOL,
     LABEL_AKS_PRIORITY,
     LABEL_CAPACITY_TYPE,
+    LABEL_EKS_ACCELERATOR,
     LABEL_EKS_CAPACITY_TYPE,
     LABEL_EKS_NODEGROUP,
+    LABEL_GKE_ACCELERATOR,
+    LABEL_GKE_ACCELERATOR_COUNT,
+    LABEL_GKE_GPU_PARTITION_SIZE,
+    LABEL_GKE_GPU_SHARING_STRATEGY,
+    LABEL_GKE_MAX_SHARED_CLIENTS,
     LABEL_GKE_NODEPOOL,
     LABEL_GKE_PREEMPTIBLE,
     LABEL_GKE_RESERVATION,
@@ -90,11 +112,15 @@ from gpufleet.k8s.vocabulary import (
     LABEL_ZONE_BETA,
     MIG_RESOURCE_PREFIX,
     SHARED_GPU_RESOURCE,
+    TAINT_AKS_GPU,
     TAINT_CA_DELETING,
+    TAINT_CLOUD_PROVIDER_PREFIX,
     TAINT_DEDICATED,
     TAINT_GKE_TERMINATION,
     TAINT_KARPENTER_DISRUPTED,
     TAINT_KARPENTER_DISRUPTION,
+    TAINT_KARPENTER_UNREGISTERED,
+    TAINT_NODE_LIFECYCLE_PREFIX,
     TAINT_NTH_ASG_TERMINATION,
     TAINT_NTH_MAINTENANCE,
     TAINT_NTH_REBALANCE,
@@ -102,9 +128,10 @@ from gpufleet.k8s.vocabulary import (
     TAINT_OUT_OF_SERVICE,
     TAINT_SHUTDOWN,
 )
+from gpufleet.model.constraints import KEEPS_OFF, Taint, taint_from_dict
 from gpufleet.model.gpu import canonical_gpu_name, gpu_model
 from gpufleet.model.node import CapacityType, GpuSharingFacts, Node, SharingMode
-from gpufleet.model.share import MIG_PROFILE_PATTERN, advertised_gpus, mig_share, mig_slices_per_gpu
+from gpufleet.model.share import MIG_PROFILE_PATTERN, advertised_gpus, mig_share, mig_slices, mig_slices_per_gpu
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +139,7 @@ log = logging.getLogger(__name__)
 # the GPU taint clouds put on GPU nodes, an operator's taint reserving nodes for gpufleet, and the
 # spot taints of AKS/GKE (gpufleet knows spot capacity and places only what may run there).
 DEFAULT_TOLERATED_TAINTS: frozenset[str] = frozenset(
-    {GPU_RESOURCE, TAINT_DEDICATED, LABEL_AKS_PRIORITY, LABEL_GKE_SPOT, LABEL_GKE_PREEMPTIBLE}
+    {GPU_RESOURCE, TAINT_AKS_GPU, TAINT_DEDICATED, LABEL_AKS_PRIORITY, LABEL_GKE_SPOT, LABEL_GKE_PREEMPTIBLE}
 )
 
 # Taints that announce the node is about to go away, most specific first: key → reason.
@@ -128,6 +155,7 @@ NOTICE_TAINTS: tuple[tuple[str, str], ...] = (
     (TAINT_SHUTDOWN, "the cloud provider shut the node down"),
     (TAINT_OUT_OF_SERVICE, "the node is out of service"),
 )
+_NOTICE_KEYS = frozenset(key for key, _ in NOTICE_TAINTS)
 # Node labels naming the capacity type (gpufleet's own first: an operator's word wins) and the pool.
 CAPACITY_TYPE_LABELS: tuple[str, ...] = (LABEL_CAPACITY_TYPE, LABEL_KARPENTER_CAPACITY_TYPE)
 POOL_LABELS: tuple[str, ...] = (
@@ -278,6 +306,27 @@ def gpu_from_product(product: str, memory_mib: float | None = None) -> str | Non
     return canonical_gpu_name(name)
 
 
+# Node labels clouds put on GPU nodes naming the GPU, read where GFD's nvidia.com/gpu.product names none
+# gpufleet knows: GKE's own (nvidia-tesla-a100, nvidia-l4...), Karpenter's for the AWS instance type
+# (a100 with instance-gpu-memory in MiB), and the eksctl / cluster-autoscaler convention on EKS node
+# groups (nvidia-tesla-t4...). AKS names no GPU (kubernetes.azure.com/accelerator=nvidia): its instance
+# type does, through the catalog.
+CLOUD_GPU_LABELS: tuple[str, ...] = (LABEL_GKE_ACCELERATOR, AWS_GPU_NAME, LABEL_EKS_ACCELERATOR)
+
+
+def cloud_gpu_model(labels: Mapping[str, str], aws_gpu_memory_mib: int | None = None) -> tuple[str | None, str | None]:
+    """``(model, None)``: the canonical GPU model the first of :data:`CLOUD_GPU_LABELS` names;
+    ``(None, name)`` when none names a model gpufleet knows but GKE's label names a GPU (GKE sets it
+    itself: the node has that GPU, e.g. ``nvidia-b200``); ``(None, None)`` otherwise."""
+    for key in CLOUD_GPU_LABELS:
+        raw = labels.get(key, "").strip()
+        if raw:
+            model = gpu_from_product(raw, aws_gpu_memory_mib if key == AWS_GPU_NAME else None)
+            if model is not None:
+                return model, None
+    return None, labels.get(LABEL_GKE_ACCELERATOR, "").strip() or None
+
+
 # -- the translation -------------------------------------------------------------------------------
 
 
@@ -376,6 +425,13 @@ def node_info(
     if mig_strategy == "none":
         mig_strategy = None
     replicas = max(1, label_int(LABEL_GPU_REPLICAS) or 1)
+    sharing_strategy = labels.get(LABEL_SHARING_STRATEGY) or "time-slicing"
+    gke_clients = label_int(LABEL_GKE_MAX_SHARED_CLIENTS) or 1
+    if replicas == 1 and gke_clients > 1:
+        # GKE's own GPU sharing: its device plugin advertises GPUs x clients of nvidia.com/gpu, as
+        # time-slicing does (GKE's "time-sharing" is NVIDIA's time-slicing)
+        replicas = gke_clients
+        sharing_strategy = _gke_sharing_strategy(labels.get(LABEL_GKE_GPU_SHARING_STRATEGY), notes)
     mig_profiles: dict[str, int] = {}
     for key in allocatable:
         if key.startswith(MIG_RESOURCE_PREFIX):
@@ -384,9 +440,17 @@ def node_info(
                 mig_profiles[key[len(MIG_RESOURCE_PREFIX) :]] = n
     plain = alloc_count(GPU_RESOURCE)
     shared = alloc_count(SHARED_GPU_RESOURCE)
+    gke_partition = labels.get(LABEL_GKE_GPU_PARTITION_SIZE, "").strip().lower()
+    if gke_partition and not single_profile and not mig_profiles:
+        # GKE's MIG: every GPU cut into partitions of one size, each advertised as one nvidia.com/gpu
+        # (GFD's single strategy, without GFD)
+        single_profile = gke_partition
 
     # A single-strategy MIG node's memory label is the slice's memory, not the GPU's.
     model_name = gpu_from_product(base_product, None if single_profile else gpu_memory) if base_product else None
+    cloud_unknown: str | None = None
+    if model_name is None:
+        model_name, cloud_unknown = cloud_gpu_model(labels, label_int(AWS_GPU_MEMORY))
     if base_product and model_name is None:
         model_name = base_product
         notes.append(f"unknown GPU product {product!r}: kept as the model name (the catalog cannot price it)")
@@ -401,10 +465,13 @@ def node_info(
     if single_profile:
         sharing, mig_strategy, gpu_resource = SharingMode.MIG, "single", GPU_RESOURCE
         slices = plain if plain is not None else (label_int(LABEL_GPU_COUNT) or 0)
+        if replicas > 1 and slices:
+            notes.append(f"{slices} {GPU_RESOURCE} are {single_profile} partitions shared {replicas} ways: read as MIG")
+            slices = advertised_gpus(slices, replicas)
         if slices:
             mig_profiles = {single_profile: slices}
             per_gpu = mig_slices_per_gpu(single_profile, model_name)
-            gpu_count = math.ceil(slices / per_gpu)
+            gpu_count = label_int(LABEL_GKE_ACCELERATOR_COUNT) or math.ceil(slices / per_gpu)
             notes.append(
                 f"MIG single strategy: {slices} {single_profile} slice(s) counted as {gpu_count} GPU(s) "
                 f"({per_gpu} per GPU)"
@@ -425,7 +492,7 @@ def node_info(
         if advertised is None:
             # GFD labelled the GPUs but the device plugin has not advertised them (yet): nothing
             # the kubelet would admit a GPU pod for; the node is still paid for its GPUs
-            unadvertised = label_int(LABEL_GPU_COUNT) or 0
+            unadvertised = label_int(LABEL_GPU_COUNT) or label_int(LABEL_GKE_ACCELERATOR_COUNT) or 0
             if unadvertised:
                 notes.append(f"{unadvertised} GPU(s) labelled but no {GPU_RESOURCE} allocatable: 0 usable")
         elif replicas > 1:
@@ -451,6 +518,11 @@ def node_info(
         # GPUs without GFD labels: the catalog knows what the instance type carries
         model_name = offering.gpu
         notes.append(f"no {LABEL_GPU_PRODUCT} label: GPU model {offering.gpu} from the catalog's {instance_type}")
+    if not model_name and cloud_unknown:
+        model_name = cloud_unknown
+        notes.append(f"unknown GPU {cloud_unknown!r} ({LABEL_GKE_ACCELERATOR}): kept as the model name (no price)")
+    elif not model_name and gpu_count and labels.get(LABEL_AKS_ACCELERATOR):
+        notes.append(f"AKS GPU node: the catalog has no {instance_type or 'instance type'}: GPU model unknown")
     price, price_source = _price(
         annotations,
         src,
@@ -468,15 +540,19 @@ def node_info(
     facts = GpuSharingFacts(
         resource=gpu_resource,
         replicas=replicas if is_shared else 1,
-        strategy=(labels.get(LABEL_SHARING_STRATEGY) or "time-slicing") if is_shared else None,
+        strategy=sharing_strategy if is_shared else None,
         mig_strategy=mig_strategy if is_mig else None,
         mig_profiles=tuple(sorted(mig_profiles.items())) if is_mig else (),
         whole_gpus=whole if is_mig else 0,
     )
     if is_mig:
         for p in mig_profiles:
-            if model_name and gpu_model(model_name).mig_profile(p) is None:
-                notes.append(f"MIG profile {p} is not one gpufleet knows for {model_name}")
+            if gpu_model(model_name or "").mig_profile(p) is None:
+                notes.append(
+                    f"MIG profile {p} is not one gpufleet knows for {model_name or 'an unknown GPU'}: "
+                    f"counted as {mig_slices(p) or '?'} compute slice(s) by its name"
+                )
+                _warn_unknown_profile(model_name or "", p)
 
     node = Node(
         name=name,
@@ -490,6 +566,7 @@ def node_info(
         sharing=sharing,
         labels=dict(labels),
         gpu_facts=facts,
+        taints=node_taints(obj, tolerated, source=src),
     )
     return NodeInfo(
         node=node,
@@ -505,13 +582,47 @@ def node_info(
 
 def node_schedulable(obj: Mapping[str, Any], tolerated: Iterable[str] = DEFAULT_TOLERATED_TAINTS) -> bool:
     """Whether gpufleet may place new work on the node: not cordoned, Ready, and without a
-    NoSchedule/NoExecute taint whose key is not in ``tolerated`` (PreferNoSchedule is ignored)."""
+    NoSchedule/NoExecute lifecycle taint (:func:`lifecycle_taint`; PreferNoSchedule is ignored).
+    Any other taint is no reason: it keeps off the jobs that do not tolerate it (:func:`node_taints`)."""
     return unschedulable_reason(obj, tolerated) is None
+
+
+def lifecycle_taint(key: str) -> bool:
+    """Is a taint with this key the node's lifecycle speaking (``node.kubernetes.io/*``: not ready,
+    unreachable, cordoned, under pressure, out of service; ``node.cloudprovider.kubernetes.io/*``;
+    Karpenter's unregistered; the notices of :data:`NOTICE_TAINTS`) rather than its owner saying
+    which pods it is for? Lifecycle taints make a node unschedulable for every job, whatever it
+    tolerates; the others are :func:`node_taints`."""
+    return (
+        key.startswith((TAINT_NODE_LIFECYCLE_PREFIX, TAINT_CLOUD_PROVIDER_PREFIX))
+        or key == TAINT_KARPENTER_UNREGISTERED
+        or key in _NOTICE_KEYS
+    )
+
+
+def node_taints(
+    obj: Mapping[str, Any], tolerated: Iterable[str] = DEFAULT_TOLERATED_TAINTS, *, source: str = "node"
+) -> tuple[Taint, ...]:
+    """The node's taints that keep off the jobs not tolerating them (``Node.taints``): NoSchedule and
+    NoExecute ones, but the lifecycle's (:func:`lifecycle_taint`) and those whose key is in
+    ``tolerated`` (gpufleet's own pods tolerate them: ``objects.batch_job`` writes the tolerations
+    from the same list). :class:`InputError` names a malformed one."""
+    ok = set(tolerated)
+    out: list[Taint] = []
+    raw = (obj.get("spec") or {}).get("taints") or []
+    if not isinstance(raw, list):
+        raise InputError(f"expected a list, got {type(raw).__name__}", source=source, field="spec.taints")
+    for i, t in enumerate(raw):
+        taint = taint_from_dict(t, source=source, at=f"spec.taints[{i}]")
+        if taint.effect in KEEPS_OFF and taint.key not in ok and not lifecycle_taint(taint.key):
+            out.append(taint)
+    return tuple(out)
 
 
 def unschedulable_reason(obj: Mapping[str, Any], tolerated: Iterable[str] = DEFAULT_TOLERATED_TAINTS) -> str | None:
     """Why gpufleet places no new work on the node (None: it may). None of these ends the work the
-    node runs: Kubernetes evicts that itself (NoExecute taints after their toleration, a drain)."""
+    node runs: Kubernetes evicts that itself (NoExecute taints after their toleration, a drain).
+    Only lifecycle taints (:func:`lifecycle_taint`) are a reason: the others are :func:`node_taints`."""
     spec = obj.get("spec") or {}
     if spec.get("unschedulable") is True:
         return "cordoned (spec.unschedulable)"
@@ -527,8 +638,9 @@ def unschedulable_reason(obj: Mapping[str, Any], tolerated: Iterable[str] = DEFA
     for taint in spec.get("taints") or []:
         if not isinstance(taint, Mapping):
             continue
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") not in ok:
-            return f"tainted {taint.get('key')}:{taint.get('effect')}"
+        key = str(taint.get("key") or "")
+        if taint.get("effect") in KEEPS_OFF and key not in ok and lifecycle_taint(key):
+            return f"tainted {key}:{taint.get('effect')}"
     return None
 
 
@@ -561,6 +673,27 @@ def _str_map(value: Any, fld: str, source: str) -> dict[str, str]:
             raise InputError(f"expected a string value for {k!r}, got {type(v).__name__}", source=source, field=fld)
         out[k] = v
     return out
+
+
+_GKE_STRATEGIES = {"time-sharing": "time-slicing", "mps": "mps"}  # GKE's word → GFD's
+
+
+def _gke_sharing_strategy(raw: str | None, notes: list[str]) -> str:
+    """GKE's ``gke-gpu-sharing-strategy`` as GFD's ``nvidia.com/gpu.sharing-strategy`` names it."""
+    value = (raw or "time-sharing").strip().lower()
+    if value not in _GKE_STRATEGIES:
+        notes.append(f"unknown {LABEL_GKE_GPU_SHARING_STRATEGY}={raw!r}: taken as time-sharing")
+    return _GKE_STRATEGIES.get(value, "time-slicing")
+
+
+_warned_profiles: set[tuple[str, str]] = set()
+
+
+def _warn_unknown_profile(model: str, profile: str) -> None:
+    """Log a MIG profile gpufleet does not know once per model (each sync reads every node again)."""
+    if (model, profile) not in _warned_profiles:
+        _warned_profiles.add((model, profile))
+        log.warning("MIG profile %s is not one gpufleet knows for %s: its slices are sized by name", profile, model)
 
 
 def _capacity_type(labels: Mapping[str, str], notes: list[str]) -> CapacityType:

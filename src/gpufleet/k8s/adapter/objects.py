@@ -3,7 +3,6 @@
 - :func:`batch_job` — the ``batch/v1`` Job running one attempt (``run``) of a gpufleet job;
 - :func:`binding` — the ``v1`` Binding that places a pod on the node gpufleet chose;
 - :func:`eviction` — the ``policy/v1`` Eviction that preempts a pod (PodDisruptionBudgets apply);
-- :func:`pod_scheduled_false` — the status patch that says why a pod still waits;
 - :func:`node_claim` — a ``karpenter.sh/v1`` NodeClaim from a NodePool, for capacity gpufleet chose;
 - :func:`nodepool_offer` — what a Karpenter NodePool can offer the autoscaler.
 
@@ -17,7 +16,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 from gpufleet.errors import InputError
@@ -32,23 +30,34 @@ from gpufleet.k8s.vocabulary import (
     ANNOTATION_CHECKPOINT_DIR,
     ANNOTATION_COST_LIMIT,
     ANNOTATION_GANG_SIZE,
+    ANNOTATION_KARPENTER_DO_NOT_DISRUPT,
+    ANNOTATION_KARPENTER_NODEPOOL_HASH,
+    ANNOTATION_KARPENTER_NODEPOOL_HASH_VERSION,
     AWS_GPU_COUNT,
     AWS_GPU_MEMORY,
     AWS_GPU_NAME,
+    AWS_NODE_CLASS_GROUP,
     AZURE_GPU_COUNT,
     AZURE_GPU_NAME,
+    AZURE_NODE_CLASS_GROUP,
     BATCH_API,
     CORE_API,
     GPU_RESOURCE,
     KARPENTER_API,
+    KARPENTER_GROUP,
     KEY_JOB_ID,
     KEY_RUN,
+    LABEL_ARCH,
     LABEL_GKE_ACCELERATOR,
     LABEL_GPU_PRODUCT,
+    LABEL_HOSTNAME,
     LABEL_INSTANCE_TYPE,
     LABEL_KARPENTER_CAPACITY_TYPE,
     LABEL_KARPENTER_NODEPOOL,
     LABEL_MANAGED_BY,
+    LABEL_OS,
+    LABEL_REGION,
+    LABEL_WINDOWS_BUILD,
     LABEL_ZONE,
     MANAGER,
     MIG_RESOURCE_PREFIX,
@@ -56,8 +65,8 @@ from gpufleet.k8s.vocabulary import (
     PRIORITY_CLASS_PREFIX,
     SCHEDULER_NAME,
 )
+from gpufleet.model.constraints import NO_CONSTRAINTS, NodeConstraints, constraints_to_dict
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest
-from gpufleet.model.share import milli_replicas
 
 CONTAINER_NAME = "main"
 CHECKPOINT_VOLUME = "gpufleet-checkpoint"
@@ -133,11 +142,12 @@ def priority_class_name(priority_class: str) -> str:
 def gpu_resources(gpu: GpuRequest, resource: str | None = None, replicas: int = 1) -> dict[str, int]:
     """The extended resources (name → count) one pod asks for to hold ``gpu``.
 
-    - whole GPUs: ``nvidia.com/gpu: count`` (× ``replicas`` on a node whose GPUs are shared
-      ``replicas`` ways, so the pod holds a whole GPU's worth of replicas; the device plugin does not
-      promise they are on distinct GPUs);
-    - a fraction: ``ceil(milli × replicas / 1000)`` replicas of a time-sliced GPU (never less than
-      asked); ``replicas`` must be ≥ 2;
+    - whole GPUs: ``nvidia.com/gpu: count``, on a node whose GPUs are not shared (``replicas`` 1:
+      the device plugin hands out replicas from several GPUs, so no count of them is a whole GPU, and
+      the scheduler places none there; asked anyway, :class:`InputError`);
+    - a fraction: exactly one replica of a time-sliced or MPS GPU (``replicas`` ≥ 2): MPS refuses
+      more, and time-slicing spreads more over GPUs; the scheduler reserved at least one replica's
+      share of one GPU for it (``ClusterSnapshot.share_milli``);
     - a MIG slice: ``nvidia.com/mig-<profile>: 1`` (mixed strategy).
 
     ``resource`` overrides the name: ``nvidia.com/gpu.shared`` (``renameByDefault``), or
@@ -153,8 +163,14 @@ def gpu_resources(gpu: GpuRequest, resource: str | None = None, replicas: int = 
                 f"a fractional GPU ({gpu.milli} milli) needs a node with time-sliced GPUs (replicas >= 2)",
                 field="gpu_milli",
             )
-        return {resource or GPU_RESOURCE: milli_replicas(gpu.milli, replicas)}
-    return {resource or GPU_RESOURCE: gpu.count * max(1, replicas)}
+        return {resource or GPU_RESOURCE: 1}
+    if replicas > 1:
+        raise InputError(
+            f"{gpu.count} whole GPU(s) on a node whose GPUs are shared {replicas} ways: the device plugin "
+            "would hand out replicas of several GPUs",
+            field="gpus",
+        )
+    return {resource or GPU_RESOURCE: gpu.count}
 
 
 # -- batch/v1 Job ----------------------------------------------------------------------------------
@@ -192,6 +208,7 @@ def batch_job(
     tolerations: Sequence[Mapping[str, Any]] | None = None,
     service_account: str | None = None,
     ttl_after_finished_s: int | None = None,
+    constraints: NodeConstraints = NO_CONSTRAINTS,
 ) -> dict[str, Any]:
     """The ``batch/v1`` Job for attempt ``run`` of gpufleet job ``job_id``.
 
@@ -208,7 +225,9 @@ def batch_job(
     ``checkpoint_volume`` is a volume source (``{"persistentVolumeClaim": {"claimName": ...}}``,
     ``{"hostPath": {...}}``, ...), mounted at ``checkpoint_dir`` (with ``checkpoint_sub_path``).
     ``tolerations`` replaces the default ones (``Exists`` on each of the node module's
-    ``DEFAULT_TOLERATED_TAINTS``).
+    ``DEFAULT_TOLERATED_TAINTS``). ``constraints`` (the job's, which its placement honoured) become
+    the pods' ``nodeSelector``, required node affinity and further tolerations, so the kubelet's
+    admission checks what the scheduler did.
     """
     if run < 1:
         raise InputError(f"run counts attempts from 1, got {run}", field="run")
@@ -296,6 +315,9 @@ def batch_job(
         if tolerations is not None
         else [{"key": k, "operator": "Exists"} for k in sorted(DEFAULT_TOLERATED_TAINTS)],
     }
+    placed = constraints_to_dict(constraints)
+    pod_spec["tolerations"] += placed.pop("tolerations", [])
+    pod_spec.update(placed)  # nodeSelector, affinity
     if service_account:
         pod_spec["serviceAccountName"] = service_account
     if checkpoint_volume is not None:
@@ -319,7 +341,11 @@ def batch_job(
             ]
         },
         "template": {
-            "metadata": {"labels": dict(all_labels), "annotations": dict(annotations)},
+            # do-not-disrupt: Karpenter's consolidation (and drift, expiry) never takes the node from under a run
+            "metadata": {
+                "labels": dict(all_labels),
+                "annotations": {**annotations, ANNOTATION_KARPENTER_DO_NOT_DISRUPT: "true"},
+            },
             "spec": pod_spec,
         },
     }
@@ -369,22 +395,6 @@ def eviction(namespace: str, pod: str, grace_s: float | None = None) -> dict[str
     return body
 
 
-def pod_scheduled_false(reason: str, at: float | None = None) -> dict[str, Any]:
-    """The pods/status patch (strategic merge: conditions merge by ``type``) saying why the pod
-    still waits: ``PodScheduled=False``, reason ``Unschedulable``, message = gpufleet's ``reason``
-    — what ``kubectl describe pod`` shows and what Karpenter reads as a pod it could help.
-    ``at`` (UNIX seconds) sets ``lastTransitionTime``."""
-    condition: dict[str, Any] = {
-        "type": "PodScheduled",
-        "status": "False",
-        "reason": "Unschedulable",
-        "message": reason,
-    }
-    if at is not None:
-        condition["lastTransitionTime"] = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"status": {"conditions": [condition]}}
-
-
 # -- Karpenter -------------------------------------------------------------------------------------
 
 
@@ -399,13 +409,28 @@ def node_claim(
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A ``karpenter.sh/v1`` NodeClaim for one node of NodePool ``pool`` (a NodePool object).
+    """A ``karpenter.sh/v1`` NodeClaim for one node of NodePool ``pool`` (a NodePool object), as
+    Karpenter's own provisioner makes one (``NodeClaimTemplate.ToNodeClaim``), so that Karpenter
+    launches it and later judges it as one of its own:
 
-    The claim takes the pool's template: ``nodeClassRef``, requirements, taints, startup taints,
-    ``expireAfter``, ``terminationGracePeriod``, labels and annotations, and adds the requirement
-    ``karpenter.sh/nodepool In [<pool>]`` and an owner reference to the pool. Each choice given
-    (``instance_type``, ``capacity_type``, ``zone``) replaces the pool's requirements on that key by
-    ``In [choice]`` (dropping their ``minValues``); a choice the pool excludes raises
+    - the pool's template: ``nodeClassRef``, requirements, taints, startup taints, ``expireAfter``,
+      ``terminationGracePeriod``, labels and annotations; the requirement
+      ``karpenter.sh/nodepool In [<pool>]`` and an owner reference to the pool (with its uid);
+    - labels ``karpenter.sh/nodepool`` and ``<nodeclass group>/<nodeclass kind, lowercase>`` (the
+      NodeClass's name), and a value for each custom (not well-known) key the requirements constrain:
+      Karpenter marks a launched claim *RequirementsDrifted* when its labels leave a NodePool
+      requirement without a known value, and replaces the node;
+    - the NodePool's ``karpenter.sh/nodepool-hash`` and ``-hash-version`` annotations (its hash
+      controller writes them on the NodePool; the hash is Go's hashstructure of the template,
+      copied rather than recomputed): without them Karpenter never sees the claim drift when
+      the NodePool's template changes;
+    - no ``minValues`` on any requirement: the claim pins the instance type, and with one instance
+      type no key has two values, so Karpenter's launch (``InstanceTypes.Truncate`` →
+      ``SatisfiesMinValues``; the AWS provider's ``filterInstanceTypes``) fails with "minValues
+      requirement is not met" and deletes the claim — a scale-up that loops.
+
+    Each choice given (``instance_type``, ``capacity_type``, ``zone``) replaces the pool's
+    requirements on that key by ``In [choice]``; a choice the pool excludes raises
     :class:`InputError`. Without ``name`` the claim has ``generateName: <pool>-``.
     """
     meta = pool.get("metadata") or {}
@@ -420,7 +445,9 @@ def node_claim(
     if not isinstance(node_class, Mapping):
         raise InputError("missing", source=src, field="spec.template.spec.nodeClassRef")
 
-    reqs: list[dict[str, Any]] = [dict(r) for r in tspec.get("requirements") or []]
+    reqs: list[dict[str, Any]] = [
+        {k: v for k, v in r.items() if k != "minValues"} for r in tspec.get("requirements") or []
+    ]
     for key, choice in (
         (LABEL_INSTANCE_TYPE, instance_type),
         (LABEL_KARPENTER_CAPACITY_TYPE, capacity_type),
@@ -457,8 +484,21 @@ def node_claim(
     if requests:
         spec["resources"] = {"requests": {k: str(v) for k, v in requests.items()}}
 
-    claim_labels = {**(tmeta.get("labels") or {}), **(labels or {}), LABEL_KARPENTER_NODEPOOL: pool_name}
-    claim_annotations = {**(tmeta.get("annotations") or {}), **(annotations or {})}
+    claim_labels = {
+        **(tmeta.get("labels") or {}),
+        **_custom_labels(reqs),
+        **(labels or {}),
+        LABEL_KARPENTER_NODEPOOL: pool_name,
+    }
+    if node_class.get("group") and node_class.get("kind") and node_class.get("name"):
+        claim_labels[f"{node_class['group']}/{str(node_class['kind']).lower()}"] = str(node_class["name"])
+    pool_annotations = meta.get("annotations") or {}
+    hashes = {
+        k: str(pool_annotations[k])
+        for k in (ANNOTATION_KARPENTER_NODEPOOL_HASH, ANNOTATION_KARPENTER_NODEPOOL_HASH_VERSION)
+        if pool_annotations.get(k) is not None
+    }
+    claim_annotations = {**(tmeta.get("annotations") or {}), **(annotations or {}), **hashes}
     metadata: dict[str, Any] = {"labels": claim_labels}
     if claim_annotations:
         metadata["annotations"] = claim_annotations
@@ -477,6 +517,76 @@ def node_claim(
             }
         ]
     return {"apiVersion": KARPENTER_API, "kind": "NodeClaim", "metadata": metadata, "spec": spec}
+
+
+# Keys Karpenter (core and its AWS and Azure providers) knows values of, or keeps to itself: they get
+# no label from a requirement (``resolveCustomLabelsFromRequirements`` skips well-known and
+# restricted labels; the providers' instance labels are well-known, in their own domains).
+_KNOWN_KEYS = frozenset(
+    {
+        LABEL_INSTANCE_TYPE,
+        LABEL_ZONE,
+        LABEL_REGION,
+        LABEL_ARCH,
+        LABEL_OS,
+        LABEL_WINDOWS_BUILD,
+        LABEL_HOSTNAME,
+        LABEL_KARPENTER_CAPACITY_TYPE,
+        LABEL_KARPENTER_NODEPOOL,
+    }
+)
+_KARPENTER_DOMAINS = (KARPENTER_GROUP, AWS_NODE_CLASS_GROUP, AZURE_NODE_CLASS_GROUP)
+
+
+def _custom_labels(reqs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """A value for each custom key the requirements constrain, as Karpenter labels its claims
+    (``Requirement.Any``): a value ``In`` allows (the first in sorted order, where Karpenter takes
+    any), else for ``Exists`` / ``NotIn`` / ``Gt`` / ``Lt`` the smallest whole number the bounds
+    allow and ``NotIn`` does not exclude (Karpenter draws one at random); none for
+    ``DoesNotExist``."""
+    keys: list[str] = []
+    for r in reqs:
+        key = str(r.get("key") or "")
+        domain = key.split("/", 1)[0] if "/" in key else ""
+        if not key or key in _KNOWN_KEYS or key in keys:
+            continue
+        if any(domain == d or domain.endswith("." + d) for d in _KARPENTER_DOMAINS):
+            continue
+        keys.append(key)
+    out: dict[str, str] = {}
+    for key in keys:
+        mine = [r for r in reqs if r.get("key") == key]
+        if any(r.get("operator") == "DoesNotExist" for r in mine):
+            continue
+        low, high = 0, math.inf
+        for r in mine:
+            first = (r.get("values") or [None])[0]
+            try:
+                bound = int(str(first))
+            except ValueError:
+                continue
+            op = r.get("operator")
+            if op == "Gt":
+                low = max(low, bound + 1)
+            elif op == "Gte":
+                low = max(low, bound)
+            elif op == "Lt":
+                high = min(high, bound - 1)
+            elif op == "Lte":
+                high = min(high, bound)
+        allowed = _allowed(mine, key)
+        listed = allowed.listed()
+        if listed is not None:
+            fits = [v for v in listed if not v.lstrip("-").isdigit() or low <= int(v) <= high]
+            if fits:
+                out[key] = fits[0]
+            continue
+        n = low
+        while str(n) in allowed.excluded:
+            n += 1
+        if n <= high:
+            out[key] = str(n)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

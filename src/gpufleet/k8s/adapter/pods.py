@@ -43,6 +43,7 @@ from gpufleet.k8s.vocabulary import (
     MIG_RESOURCE_PREFIX,
     SHARED_GPU_RESOURCE,
 )
+from gpufleet.model.constraints import NO_CONSTRAINTS, NodeConstraints, constraints_from_dict
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.share import mig_milli, mig_slices, replicas_milli, whole_gpus
@@ -114,6 +115,12 @@ class PodFacts:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)  # spec.nodeSelector
+    # spec.nodeSelector, required node affinity and tolerations: where the pod may run
+    constraints: NodeConstraints = NO_CONSTRAINTS
+    # status.reason / status.message: a kubelet's rejection says why here (``NodeAffinity``,
+    # ``OutOfnvidia.com/gpu``, ``UnexpectedAdmissionError``: "Pod was rejected: ..."), an eviction too
+    status_reason: str = ""
+    status_message: str = ""
 
     @property
     def key(self) -> str:
@@ -127,6 +134,16 @@ class PodFacts:
     @property
     def terminal(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def rejected(self) -> bool:
+        """The kubelet refused to admit the pod (``pkg/kubelet/lifecycle``): it failed before any
+        container started, for a reason of the node, not of the job's code."""
+        return (
+            self.phase == "Failed"
+            and self.status_message.startswith("Pod was rejected")
+            and not any(c.started_at is not None for c in self.containers)
+        )
 
     @property
     def started_at(self) -> float | None:
@@ -295,6 +312,7 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
         cost_limit_usd=cost_limit,
         priority_class=_opt_str(spec.get("priorityClassName"), "spec.priorityClassName", src) or None,
         node_selector=_str_map(spec.get("nodeSelector"), "spec.nodeSelector", src),
+        constraints=constraints_from_dict(spec, source=src),
         priority=priority,
         job_id=job_id,
         run=run,
@@ -306,6 +324,8 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
         conditions=conditions,
         labels=labels,
         annotations=annotations,
+        status_reason=_opt_str(status.get("reason"), "status.reason", src) or "",
+        status_message=_opt_str(status.get("message"), "status.message", src) or "",
     )
 
 

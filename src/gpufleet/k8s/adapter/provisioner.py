@@ -20,6 +20,19 @@ backend (``KubernetesBackend(..., provisioner=KarpenterProvisioner(api_client, c
   ``NODE_REMOVED`` for a claim that went away before its node joined (launch failed, capacity
   unavailable, registration timed out), and for a claim whose node joined under another name.
 
+**One provisioner at a time.** Karpenter's own provisioner launches nodes for every pod whose
+``PodScheduled`` condition has reason ``Unschedulable``, whatever its ``schedulerName``
+(``IsProvisionable`` in its ``pkg/utils/pod``). With this provisioner configured gpufleet is the
+only one that provisions for its pods: it never marks them ``Unschedulable`` (their waits read
+``SchedulingGated``, which Karpenter ignores), so Karpenter never launches a node beside gpufleet's
+claims. Without it, gpufleet marks a pod ``Unschedulable`` only when capacity is why its job waits,
+never for a quota, budget or preemption wait: see :mod:`gpufleet.k8s.adapter.waiting`. The claims
+gpufleet makes are ones Karpenter launches and judges as its own (:func:`.objects.node_claim`: no
+``minValues`` with the instance type pinned, the NodePool's hash annotations, its labels), and the
+pods gpufleet runs carry ``karpenter.sh/do-not-disrupt`` (:func:`.objects.batch_job`), so
+consolidation, drift and expiry never take a node from under a job; gpufleet gives idle nodes back
+itself (:meth:`~KarpenterProvisioner.release`).
+
 **Node names.** A provisioned node is named after its NodeClaim. That is the Node's name where the
 cloud provider names nodes after their claims (Karpenter's KWOK provider, and the test substrate).
 On AWS the Node is named after the instance's host name instead (``ip-10-0-1-2.ec2.internal``,

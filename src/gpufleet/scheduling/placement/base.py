@@ -62,7 +62,7 @@ def place_one(
     ties = nodes[scores == best]
     node = int(ties[0] if tie_rank is None or len(ties) == 1 else ties[np.argmin(tie_rank[ties])])
     a = plugin.select(snap, pod, node)
-    return a if a is not None else snap.assignment(node, pod)
+    return snap.widen(a, pod) if a is not None else snap.assignment(node, pod)
 
 
 def commit(snap: ClusterSnapshot, plugin: ScorePlugin, pod: PodRequest, a: Assignment) -> None:

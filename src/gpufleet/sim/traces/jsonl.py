@@ -100,9 +100,10 @@ class NodeLine(BaseModel):
     def from_node(cls, node: Node) -> NodeLine:
         """The node as a trace line. Its GPU sharing facts (what a Kubernetes device plugin
         advertises) are not part of the trace format: a simulated node hands out GPUs as its
-        ``sharing`` mode says."""
+        ``sharing`` mode says; nor are its taints (a simulated node keeps no job off)."""
         fields = asdict(node)
         fields.pop("gpu_facts", None)
+        fields.pop("taints", None)
         return cls.model_validate(fields)
 
 

@@ -46,6 +46,7 @@ SUBMIT_FIELDS: Final = frozenset(
         "max_runtime_s",
         "estimated_runtime_s",
         "budget_usd",
+        "constraints",  # the PodSpec's nodeSelector / required node affinity / tolerations; NULL: none
         "run_as",  # resolved at submit (token's, else team's account)
     }
 )
@@ -94,7 +95,11 @@ def submit_job(
     ensure_team(s, team, now)
     if idempotency_key is not None and submitted_by is None:
         # no submitter (an adopted workload): the unique constraint never matches NULLs, so the key
-        # is looked up first (one writer, the leader, submits these: no race to lose)
+        # is looked up first. Two adopters (a leader and one that has just lost the lead) may race:
+        # on PostgreSQL a transaction-scoped advisory lock on the key makes the look-up and the
+        # insert one step (SQLite serializes writers)
+        if s.get_bind().dialect.name == "postgresql":
+            s.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(idempotency_key, 0x67706C))))
         known = _by_idempotency_key(s, None, idempotency_key)
         if known is not None:
             return _replay(known, idempotency_key, request_sha256)

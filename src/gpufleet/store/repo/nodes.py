@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.errors import NotFoundError
 from gpufleet.model.node import CapacityType, Node
-from gpufleet.store.convert import gpu_facts_to_json
+from gpufleet.store.convert import gpu_facts_to_json, taints_to_json
 from gpufleet.store.models import NodeIntervalRow, NodeRow
 
 
@@ -44,6 +44,7 @@ def upsert_node(s: Session, node: Node, *, hourly_usd: float, now: float) -> Nod
     )
     row.pool, row.capacity_type, row.sharing = node.pool, capacity, str(node.sharing)
     row.hourly_price_usd, row.labels, row.gpu_facts = hourly_usd, dict(node.labels), gpu_facts_to_json(node.gpu_facts)
+    row.taints = taints_to_json(node.taints)
     iv = _open_interval(s, node.name)
     if iv is not None:
         same = (
