@@ -58,7 +58,9 @@ def world(k8s_cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Any, Database,
     db.upgrade()
     with db.session() as s:
         repo.upsert_team(s, NS, now=time.time())
-    yield core, db, PodAdopter(db, api)
+    adopter = PodAdopter(db, api)
+    yield core, db, adopter
+    adopter.close()  # its informer
     db.dispose()
     api.close()  # type: ignore[no-untyped-call]
 
@@ -94,6 +96,31 @@ def test_adopted_gpu_shape(world: tuple[Any, Database, PodAdopter], name: str) -
     with db.session(readonly=True) as s:
         (row,) = s.query(JobRow).all()
         assert (row.gpus, row.gpu_milli) == want
+
+
+def test_the_adopter_watches_rather_than_lists_every_pass(world: tuple[Any, Database, PodAdopter]) -> None:
+    """Issue 22, observation 11: every pass (2 s) listed every pod with schedulerName gpufleet — all of
+    gpufleet's own among them. Now the pods waiting for adoption are listed once, then watched."""
+    core, db, adopter = world
+    lists: list[str] = []
+    rest = adopter.core.api_client.rest_client
+    inner = rest.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "GET" and "/pods" in url and "watch=true" not in url:
+            lists.append(url)
+        return inner(method, url, *args, **kwargs)
+
+    rest.request = request
+    for i in range(5):
+        core.create_namespaced_pod(NS, _pod(f"w{i}", {"nvidia.com/gpu": "1"}, None))
+        deadline = time.monotonic() + 10
+        while adopter.adopt().adopted == 0:
+            assert time.monotonic() < deadline, f"pod w{i} was not adopted"
+            time.sleep(0.05)
+    assert len(lists) == 1  # before: one list per pass
+    with db.session(readonly=True) as s:
+        assert s.query(JobRow).count() == 5
 
 
 def test_shared_gpus_no_node_offers_are_not_adopted_yet(world: tuple[Any, Database, PodAdopter]) -> None:

@@ -8,6 +8,7 @@ bindings, the device plugin's GPU assignment, Karpenter's reaction to the pods' 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -205,3 +206,25 @@ def test_gpus_held_by_other_schedulers_pods_are_reported(make_world: Callable[..
     w.running("mine")
     assert w.backend.foreign_usage() == {"gpu-a": 6}  # gpufleet's own pods are not "foreign"
     w.backend.stop("mine", 1, "done", grace_s=1)
+
+
+def test_a_slice_on_a_node_whose_slices_carry_the_media_engine_asks_for_that_resource(
+    make_world: Callable[..., World],
+) -> None:
+    """Issue 22, observation 12: a node advertising ``nvidia.com/mig-1g.10gb.me`` (the device plugin's
+    spelling of ``1g.10gb+me``) only; a 1g.10gb slice placed there must ask for that resource (the
+    kubelet would reject ``nvidia.com/mig-1g.10gb``, which the node does not have)."""
+    from gpufleet.model.job import PodPlacement
+
+    w = make_world(duration_s=None)
+    w.cluster.add_gpu_node("mig-me", mig={"1g.10gb.me": 7})
+    w.backend.inventory()
+    node = w.backend.node("mig-me")
+    assert node is not None and ("1g.10gb.me", 7) in node.gpu_facts.mig_profiles
+    req = w.request("media", "mig-me")
+    req = dataclasses.replace(req, placement=(PodPlacement("mig-me", (0,), 143, 0b1),))
+    w.backend.launch(req)
+    w.running("media")
+    (pod,) = w.pods("media")
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert {k: v for k, v in limits.items() if k.startswith("nvidia.com/")} == {"nvidia.com/mig-1g.10gb.me": "1"}

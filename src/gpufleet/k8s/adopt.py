@@ -45,6 +45,7 @@ from typing import Any
 
 from gpufleet.cost.rules import PricingRules
 from gpufleet.errors import GpufleetError
+from gpufleet.k8s.adapter.informer import Informer, wait_filled
 from gpufleet.k8s.adapter.pods import Gang, PodFacts, group_gangs, pod_facts
 from gpufleet.k8s.vocabulary import (
     KEY_JOB_ID,
@@ -74,6 +75,21 @@ class AdoptStats:
     skipped: int = 0  # pods or owners left alone (unreadable, no team, incomplete gang)
 
 
+def _adoptable(obj: dict[str, Any]) -> PodFacts | None:
+    """A pod waiting for gpufleet that it did not make and has not adopted yet; None for the rest."""
+    meta = obj.get("metadata", {})
+    if (meta.get("annotations") or {}).get(KEY_JOB_ID) or (meta.get("labels") or {}).get(KEY_JOB_ID):
+        return None  # gpufleet's own, or already adopted
+    if meta.get("deletionTimestamp") or (obj.get("spec") or {}).get("nodeName"):
+        return None
+    try:
+        facts = pod_facts(obj)
+    except GpufleetError as e:
+        log.warning("not adopting a pod gpufleet cannot read: %s", e)
+        return None
+    return facts if facts.phase == "Pending" else None
+
+
 class PodAdopter:
     def __init__(
         self,
@@ -91,26 +107,23 @@ class PodAdopter:
         self.core: Any = client.CoreV1Api(api_client)
         self.team_of_namespace = dict(team_of_namespace or {})
         self.now = now
+        self.sync_timeout_s = 30.0
+        # pods with schedulerName gpufleet, narrowed to those still waiting for adoption: listed
+        # once, then watched (a pod leaves the cache once adopted, bound or deleted)
+        self.cache: Informer[PodFacts] = Informer(
+            "pods asking for gpufleet",
+            self.core.list_pod_for_all_namespaces,
+            _adoptable,
+            field_selector=f"spec.schedulerName={SCHEDULER_NAME}",
+        )
 
     def _waiting_pods(self) -> list[PodFacts]:
-        resp = self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.schedulerName={SCHEDULER_NAME}", _preload_content=False
-        )
-        out = []
-        for obj in json.loads(resp.data).get("items", []):
-            meta = obj.get("metadata", {})
-            if (meta.get("annotations") or {}).get(KEY_JOB_ID) or (meta.get("labels") or {}).get(KEY_JOB_ID):
-                continue  # gpufleet's own, or already adopted
-            if meta.get("deletionTimestamp") or (obj.get("spec") or {}).get("nodeName"):
-                continue
-            try:
-                facts = pod_facts(obj)
-            except GpufleetError as e:
-                log.warning("not adopting a pod gpufleet cannot read: %s", e)
-                continue
-            if facts.phase == "Pending":
-                out.append(facts)
-        return out
+        """The pods waiting to be adopted, from the informer's cache (listed once, then watched)."""
+        wait_filled([self.cache], self.sync_timeout_s, "reading the pods that ask for gpufleet")
+        return self.cache.items()
+
+    def close(self) -> None:
+        self.cache.stop()
 
     def adopt(self) -> AdoptStats:
         """One pass: adopt the complete gangs waiting for gpufleet (see the module docstring)."""

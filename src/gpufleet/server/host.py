@@ -272,6 +272,8 @@ def kubernetes_world(settings: Settings, db: Database) -> tuple[Backend, Leaders
             default_image=k.default_image,
             checkpoint_volume=volume,
             dcgm_urls=tuple(k.dcgm_urls),
+            keep_finished_s=k.keep_finished_s,
+            keep_failed_s=k.keep_failed_s,
         ),
         provisioner=provisioner,
     )

@@ -43,6 +43,9 @@ class KubernetesSettings(BaseModel):
     checkpoint_claim: str | None = None  # a PersistentVolumeClaim mounted for checkpoints
     # scale-ups create Karpenter NodeClaims from the cluster's NodePools; idle nodes' claims are deleted
     karpenter: bool = False
+    # an ended run's Job and pods are deleted this long after its end was stored (its logs meanwhile)
+    keep_finished_s: float = Field(600.0, ge=0, le=30 * 86400)
+    keep_failed_s: float = Field(3600.0, ge=0, le=30 * 86400)  # a run that failed or timed out
 
 
 class WebhookSettings(BaseModel):
