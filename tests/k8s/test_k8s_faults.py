@@ -174,3 +174,64 @@ def test_a_node_tainted_while_known_is_a_change_the_loop_places_by(make_world: C
         ("dedicated", "infer", "NoSchedule")
     ]
     assert not _losses(events, "stays") and not _node_removed(events, "gpu-b")
+
+
+# the API server's answer to a run's first Job creation, and whether the run still runs
+CREATE_FAULTS: dict[str, dict[str, object]] = {
+    "500 (etcd leader changed)": {"status": 500, "message": "etcdserver: leader changed"},
+    "429 with Retry-After": {"status": 429, "retry_after_s": 1},
+    "a read timeout": {"delay_s": 3.0},
+}
+
+
+@pytest.mark.parametrize("case", list(CREATE_FAULTS))
+def test_a_transient_refusal_of_a_runs_job_is_retried_not_a_failed_job(
+    make_world: Callable[..., World], case: str
+) -> None:
+    """The chaos run (benchmarks/k8s_chaos.py) lost 3 of 40 jobs this way: "could not launch:
+    creating Job …: 500 Internal Server Error … etcdserver: leader changed" ended each FAILED. A
+    5xx, a 429 or a timeout is tried again (the run waits for its Job); only a refusal for good fails."""
+    from gpufleet.k8s.adapter.api import with_deadline
+
+    w = make_world(duration_s=0.3)
+    w.backend.inventory()
+    with_deadline(w.client, read_s=1.0)
+    w.cluster.server.faults.add(verb="create", resource="jobs", times=1, **CREATE_FAULTS[case])  # type: ignore[arg-type]
+    w.backend.launch(w.request("retried", "gpu-a"))  # before: BackendError (the loop ended the job FAILED)
+    events = w.until(lambda evs: any(e.job_id == "retried" for e in evs), timeout=30)
+    assert [e.kind for e in events if e.job_id == "retried"] == [EventKind.SUCCEEDED]
+
+
+def test_a_job_the_api_server_refuses_for_good_fails_at_once(make_world: Callable[..., World]) -> None:
+    from gpufleet.errors import BackendError
+
+    w = make_world(duration_s=0.3)
+    w.backend.inventory()
+    w.cluster.server.faults.add(verb="create", resource="jobs", status=403, times=1, message="forbidden by policy")
+    with pytest.raises(BackendError, match="403"):
+        w.backend.launch(w.request("refused", "gpu-a"))
+
+
+def test_a_run_whose_job_loses_its_pods_before_they_are_bound_is_lost_not_kept_running(
+    make_world: Callable[..., World], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chaos run ended with a job RUNNING for ever in the loop, with no pod in the cluster (the
+    loop's GPU view 2 GPUs off on its node): a run that was never bound and whose pods are all gone
+    (here: someone deleted its Job) was never judged. Now it is lost (requeued) once it has had no
+    pod for a while."""
+    import kubernetes.client
+
+    from gpufleet.k8s.adapter import backend as backend_module
+
+    monkeypatch.setattr(backend_module, "RUN_WITHOUT_PODS_S", 1.0)
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    w.cluster.server.faults.add(verb="create", resource="pods/binding", status=500)  # never bound
+    w.backend.launch(w.request("vanished", "gpu-a"))
+    w.cluster.wait_for(lambda: bool(w.pods("vanished")), timeout=10, what="its pod")
+    batch = kubernetes.client.BatchV1Api(w.client)
+    batch.delete_namespaced_job("gf-vanished-r1", NS, propagation_policy="Background")  # kubectl delete job
+    w.cluster.wait_for(lambda: not w.pods("vanished"), timeout=10, what="its pod gone")
+    events = w.until(lambda evs: any(e.job_id == "vanished" for e in evs), timeout=20)
+    (ev,) = [e for e in events if e.job_id == "vanished"]
+    assert ev.kind is EventKind.LOST and "no pod" in ev.reason

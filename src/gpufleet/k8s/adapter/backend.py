@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 DEFAULT_IMAGE = "python:3.11-slim"
 # how long an adopted run waits for its controller's replacement pods before it fails
 ADOPTED_PODS_WAIT_S = 60.0
+# how long a run's Job may have no pod at all, unbound, before the run is lost (and requeued)
+RUN_WITHOUT_PODS_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,9 @@ class _Run:
     assumed: dict[str, str] = field(default_factory=dict)
     # an adopted run launched before its owner's replacement pods exist: monotonic time it gives up
     pods_due: float | None = None
+    create_body: dict[str, Any] | None = None  # the Job, until the API server has taken it
+    no_pods_since: float | None = None  # monotonic: since when its Job has had no pod at all (unbound)
+    create_failed: str | None = None  # why the API server refused the Job for good (a retry's answer)
 
 
 def _retry_after(e: Exception) -> float:
@@ -306,7 +311,6 @@ class KubernetesBackend:
             raise BackendError(f"job {req.job_id} run {req.run}: no placement")
         if LABEL_ADOPTED_OWNER in req.labels:
             return self._launch_adopted(req)
-        from kubernetes.client.exceptions import ApiException
 
         ns = self.options.namespace(req.team)
         first = req.placement[0]
@@ -339,20 +343,45 @@ class KubernetesBackend:
             constraints=req.constraints,
         )
         name = str(body["metadata"]["name"])
-        try:
-            self.batch.create_namespaced_job(
-                ns, body, _preload_content=False, _request_timeout=self.fence.check(f"creating Job {ns}/{name}")
-            )
-        except ApiException as e:
-            if e.status != 409:  # 409: it exists (a launch replayed after a crash): take it as ours
-                raise BackendError(f"creating Job {ns}/{name}: {e.status} {e.reason}: {(e.body or '')[:300]}") from None
-        except BackendError:
-            raise
-        except Exception as e:
-            raise BackendError(f"creating Job {ns}/{name}: {e}") from None
         run = _Run(req.job_id, req.run, ns, name, tuple(p.node for p in req.placement), self.options.now())
+        run.create_body = body
+        self._create(run, first=True)  # a refusal for good raises; a transient one is retried by poll()
         self._runs[key] = run
         return self._handle(run)
+
+    def _create(self, r: _Run, *, first: bool = False) -> None:
+        """Create the run's Job. A 409 is a Job that exists (a launch replayed after a crash, or an
+        earlier attempt whose answer was lost): ours. A 5xx, a 429, a timeout or a closed write
+        window is tried again at a later poll, after a back-off honouring ``Retry-After`` (the run
+        waits; its pods come once the Job exists); any other refusal (400, 403, 422: the Job is
+        wrong or not allowed) raises on the first attempt and ends the run at a later one."""
+        from kubernetes.client.exceptions import ApiException
+
+        body = r.create_body
+        if body is None or (not first and time.monotonic() < r.retry_at):
+            return
+        what = f"creating Job {r.namespace}/{r.job}"
+        try:
+            self.batch.create_namespaced_job(
+                r.namespace, body, _preload_content=False, _request_timeout=self.fence.check(what)
+            )
+        except ApiException as e:
+            if e.status != 409:
+                if e.status in (429, 500, 502, 503, 504):
+                    log.warning("%s: %s %s (retrying)", what, e.status, e.reason)
+                    self._back_off(r, _retry_after(e))
+                    return
+                message = f"{what}: {e.status} {e.reason}: {(e.body or '')[:300]}"
+                if first:
+                    raise BackendError(message) from None
+                r.create_failed = message
+                return
+        except Exception as e:  # a timeout (it may have been created: the next attempt's 409 says so)
+            log.warning("%s: %s (retrying)", what, e)
+            self._back_off(r, 0.0)
+            return
+        r.create_body = None
+        r.backoff_s = 0.0
 
     def _launch_adopted(self, req: LaunchRequest) -> RunHandle:
         """A job adopted from pods someone else created (:mod:`gpufleet.k8s.adopt`): no Job
@@ -474,16 +503,18 @@ class KubernetesBackend:
             r.blocked = blocked
             if blocked is not None:
                 log.warning("stopping %s run %d: %s", r.job_id, r.run, blocked)
-                self._retry_stop(r, retry_after)
+                self._back_off(r, retry_after)
             else:
                 r.backoff_s = 0.0
         except Exception as e:  # a 5xx, a timeout, a refused connection: tried again after a back-off
             status = getattr(e, "status", None)
             log.warning("stopping %s run %d: %s (retrying)", r.job_id, r.run, f"{status} {getattr(e, 'reason', e)}")
-            self._retry_stop(r, _retry_after(e) if isinstance(e, ApiException) else 0.0)
+            self._back_off(r, _retry_after(e) if isinstance(e, ApiException) else 0.0)
 
     @staticmethod
-    def _retry_stop(r: _Run, retry_after: float) -> None:
+    def _back_off(r: _Run, retry_after: float) -> None:
+        """The run's next write attempt (a stop, its Job's creation) waits: 0.5 s doubling to 10 s,
+        or what ``Retry-After`` asks if longer."""
         r.backoff_s = min(max(r.backoff_s * 2, 0.5), 10.0)
         r.retry_at = time.monotonic() + max(r.backoff_s, retry_after)
 
@@ -523,6 +554,16 @@ class KubernetesBackend:
             lost = not gone.isdisjoint(r.nodes)
             if r.bound and r.stopping is None and not lost and r.job_id not in changed and not r.assumed:
                 continue  # nothing moved
+            if r.create_body is not None and r.stopping is None:
+                self._create(r)
+                if r.create_failed is not None:
+                    del self._runs[key]
+                    events.append(
+                        BackendEvent(EventKind.FAILED, self.options.now(), r.job_id, r.run, reason=r.create_failed)
+                    )
+                    continue
+                if r.create_body is not None:
+                    continue  # not created yet: tried again after its back-off
             pods = self.pod_cache.by_index(r.job_id)
             mine = self._run_pods(r, pods)
             if r.stopping is not None:
@@ -547,6 +588,25 @@ class KubernetesBackend:
                                 )
                             )
                         continue
+                if r.job and not mine:
+                    # its Job exists but has no pod: the Job controller makes them within seconds; a
+                    # run whose pods never come (its Job deleted by someone, its pods gone before
+                    # they were bound) is lost, not waited for for ever
+                    r.no_pods_since = r.no_pods_since or time.monotonic()
+                    if time.monotonic() - r.no_pods_since > RUN_WITHOUT_PODS_S:
+                        del self._runs[key]
+                        events.append(
+                            BackendEvent(
+                                EventKind.LOST,
+                                self.options.now(),
+                                r.job_id,
+                                r.run,
+                                reason=f"no pod of its Job {r.namespace}/{r.job} in {RUN_WITHOUT_PODS_S:.0f} s",
+                            )
+                        )
+                        self._delete_job(r)
+                    continue
+                r.no_pods_since = None
                 self._bind(r, mine)
                 if r.bound:
                     continue  # the pods as cached predate their binding
