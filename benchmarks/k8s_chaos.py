@@ -572,6 +572,7 @@ def main() -> None:
     gpufleet_log.propagate = False  # counted, not printed
     figures = run(args)
     figures["gpufleet_log_records"] = dict(logs.counts.most_common(12))
+    figures["gpufleet_first_errors"] = logs.errors
     print(json.dumps(figures), flush=True)
 
 
@@ -581,9 +582,21 @@ class LogCount(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.counts: Counter[str] = Counter()
+        self.errors: list[str] = []  # the first distinct errors, with their exception's last line
 
     def emit(self, record: logging.LogRecord) -> None:
         self.counts[f"{record.levelname} {record.name}"] += 1
+        if record.levelno >= logging.ERROR and len(self.errors) < 5:
+            text = record.getMessage()
+            if record.exc_info and record.exc_info[1] is not None:
+                import traceback
+
+                where = traceback.extract_tb(record.exc_info[2])[-3:]
+                text += f": {type(record.exc_info[1]).__name__}: {record.exc_info[1]}"[:300]
+                frames = (f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in reversed(where))
+                text += " at " + " < ".join(frames)
+            if text not in self.errors:
+                self.errors.append(text)
 
 
 if __name__ == "__main__":

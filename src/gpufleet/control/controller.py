@@ -339,7 +339,23 @@ class Controller:
             stored = run_row.stop_requested if run_row is not None else None
             stopping = StopReason.parse(stored) if stored else None  # the stop's stored text, typed again
             got = self.backend.recover(row.id, row.run)
-            if got.state is RecoveredState.RUNNING and got.handle is not None:
+            gone = sorted({p.node for p in job.placement} - {n.name for n in inventory})
+            if got.state is RecoveredState.RUNNING and got.handle is not None and gone:
+                # placed on a node that is no longer there (deleted while no leader ran): lost
+                self._adopt(job, row.run, got.handle.pid, got.handle.started_at, stopping, now)
+                loop.handle(
+                    BackendEvent(
+                        EventKind.LOST,
+                        now,
+                        job_id=row.id,
+                        run=row.run,
+                        reason=f"node {gone[0]} is gone",
+                        started_at=got.handle.started_at,
+                        ended_at=now,
+                    ),
+                    now,
+                )
+            elif got.state is RecoveredState.RUNNING and got.handle is not None:
                 self._adopt(job, row.run, got.handle.pid, got.handle.started_at, stopping, now)
             elif got.state is RecoveredState.ENDED and got.event is not None:
                 self._adopt(job, row.run, None, got.event.started_at, stopping, now)

@@ -492,7 +492,10 @@ class WorldLoop:
         """Put a run that already exists (found by recovery) into the snapshot, the scheduler's
         usage and the running set."""
         snap = self.cluster.snapshot
-        assignments = tuple(snap.assignment_of(p, job.spec.cpu_milli, job.spec.memory_mib) for p in job.placement)
+        # a node that is gone (deleted while no leader ran) holds nothing in the view: the caller
+        # ends such a run as lost (Controller.recover)
+        known = [p for p in job.placement if p.node in snap.index]
+        assignments = tuple(snap.assignment_of(p, job.spec.cpu_milli, job.spec.memory_mib) for p in known)
         for a in assignments:
             snap.allocate(a)
         self.scheduler.account(job, assignments, snap, now, +1)
