@@ -573,6 +573,7 @@ def main() -> None:
     figures = run(args)
     figures["gpufleet_log_records"] = dict(logs.counts.most_common(12))
     figures["gpufleet_first_errors"] = logs.errors
+    figures["gpufleet_warnings"] = dict(sorted(logs.warnings.items(), key=lambda kv: -kv[1])[:12])
     print(json.dumps(figures), flush=True)
 
 
@@ -583,9 +584,17 @@ class LogCount(logging.Handler):
         super().__init__(logging.WARNING)
         self.counts: Counter[str] = Counter()
         self.errors: list[str] = []  # the first distinct errors, with their exception's last line
+        self.warnings: dict[str, int] = {}  # distinct warnings (numbers and names folded), counted
 
     def emit(self, record: logging.LogRecord) -> None:
         self.counts[f"{record.levelname} {record.name}"] += 1
+        if record.levelno == logging.WARNING:
+            import re
+
+            shape = re.sub(r"\d+(\.\d+)?", "N", record.getMessage())
+            shape = re.sub(r"j-[a-z0-9]{10}|gf-[a-z0-9-]+", "ID", shape)[:160]
+            if shape in self.warnings or len(self.warnings) < 40:
+                self.warnings[shape] = self.warnings.get(shape, 0) + 1
         if record.levelno >= logging.ERROR and len(self.errors) < 5:
             text = record.getMessage()
             if record.exc_info and record.exc_info[1] is not None:
