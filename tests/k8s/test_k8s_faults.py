@@ -235,3 +235,28 @@ def test_a_run_whose_job_loses_its_pods_before_they_are_bound_is_lost_not_kept_r
     events = w.until(lambda evs: any(e.job_id == "vanished" for e in evs), timeout=20)
     (ev,) = [e for e in events if e.job_id == "vanished"]
     assert ev.kind is EventKind.LOST and "no pod" in ev.reason
+
+
+def test_a_run_recovered_before_its_pods_were_bound_goes_back_to_the_queue(make_world: Callable[..., World]) -> None:
+    """The chaos run ended with 11 jobs RUNNING for ever: the new leader recovered runs whose pods
+    were not bound yet and bound them to "" (422 Unprocessable Entity, 70 times each). The target
+    nodes are not known to the new leader; the run had not started: it is given up (its Job
+    deleted) and the job requeued."""
+    import kubernetes.client
+
+    from gpufleet.backends.base import RecoveredState
+    from gpufleet.k8s.adapter.backend import KubernetesBackend
+
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    w.backend.launch(w.request("orphaned", "gpu-a"))
+    w.cluster.wait_for(lambda: bool(w.pods("orphaned")), timeout=10, what="its pod")  # never polled: unbound
+    successor = KubernetesBackend(w.client)
+    try:
+        successor.inventory()
+        assert successor.recover("orphaned", 1).state is RecoveredState.ABSENT  # before: RUNNING, bound to ""
+        successor.poll()
+        batch = kubernetes.client.BatchV1Api(w.client)
+        w.cluster.wait_for(lambda: not batch.list_namespaced_job(NS).items, timeout=10, what="its Job deleted")
+    finally:
+        successor.close()

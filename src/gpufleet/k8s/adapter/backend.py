@@ -624,6 +624,12 @@ class KubernetesBackend:
                 failed = ev.kind in (EventKind.FAILED, EventKind.TIMED_OUT)
                 keep = self.options.keep_failed_s if failed else self.options.keep_finished_s
                 self._finished.append((time.monotonic() + keep, r))
+        # a run whose containers never started ran nothing: its end says so (the ledger meters the
+        # containers' time, not the time since the launch)
+        events = [
+            replace(e, started_at=e.ended_at or e.time, ended_at=e.ended_at or e.time) if e.started_at is None else e
+            for e in events
+        ]
         # ends first: a run that ended on a node before the node went is ended, not lost
         return events + node_events
 
@@ -986,8 +992,16 @@ class KubernetesBackend:
             return Recovered(RecoveredState.ABSENT)
         ns = pods[0].namespace
         name = job_name(job_id, run, len(pods))
-        nodes = tuple(p.node or "" for p in sorted(pods, key=lambda p: p.completion_index or 0))
         started = min((p.started_at for p in pods if p.started_at is not None), default=self.options.now())
+        if any(p.node is None and not p.terminal and p.deletion_timestamp is None for p in pods):
+            # found before all its pods were bound (the leader that launched it went away meanwhile):
+            # where it meant to place them is not known here, and a gang starts together, so the run
+            # has not started: it is given up (its Job deleted, retried until it is) and the job
+            # goes back to the queue. Binding to "" would be refused (422) for ever.
+            if any(p.owner.kind == "Job" and p.owner.name == name for p in pods):
+                self._finished.append((0.0, _Run(job_id, run, ns, name, (), started)))
+            return Recovered(RecoveredState.ABSENT)
+        nodes = tuple(p.node or "" for p in sorted(pods, key=lambda p: p.completion_index or 0))
         r = _Run(job_id, run, ns, name, nodes, started, bound=all(p.node for p in pods))
         ev = self._ended(r, pods)
         if ev is not None:
