@@ -461,16 +461,7 @@ class KubernetesBackend:
             return
         try:
             if r.job and not r.job_deleted:  # (adopted pods: their own controller decides about replacements)
-                try:
-                    self.batch.delete_namespaced_job(
-                        r.job,
-                        r.namespace,
-                        propagation_policy="Orphan",
-                        _request_timeout=self.fence.check(f"deleting Job {r.namespace}/{r.job}"),
-                    )
-                except ApiException as e:
-                    if e.status != 404:
-                        raise
+                self._delete_run_job(r, "Orphan")
                 r.job_deleted = True
             blocked: str | None = None
             retry_after = 0.0
@@ -657,12 +648,27 @@ class KubernetesBackend:
                 log.warning("deleting stray pod %s: %s", p.key, e)
         return kept
 
+    def _delete_run_job(self, r: _Run, propagation: str) -> None:
+        """Delete the run's Job (a fenced write); one already gone (404) is deleted. ``Orphan``
+        keeps its pods (a stop evicts them with their grace), ``Background`` takes them along."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.batch.delete_namespaced_job(
+                r.job,
+                r.namespace,
+                propagation_policy=propagation,
+                _request_timeout=self.fence.check(f"deleting Job {r.namespace}/{r.job}"),
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     def _clean_finished(self) -> None:
         """Delete the Jobs (and pods) of ended runs once their time is up (``keep_finished_s`` after
         the poll that reported the end; the loop has stored the end since, so nothing is lost), so
         finished Jobs do not pile up in the cluster (and in every list and watch cache) for ever. A
         Job that cannot be deleted now is tried at the next poll."""
-        from kubernetes.client.exceptions import ApiException
 
         left = []
         now = time.monotonic()
@@ -671,16 +677,8 @@ class KubernetesBackend:
                 left.append((due, r))
                 continue
             try:
-                self.batch.delete_namespaced_job(
-                    r.job,
-                    r.namespace,
-                    propagation_policy="Background",
-                    _request_timeout=self.fence.check(f"deleting Job {r.namespace}/{r.job}"),
-                )
-            except ApiException as e:
-                if e.status != 404:
-                    left.append((due, r))
-            except Exception:  # a timeout: the next poll tries again
+                self._delete_run_job(r, "Background")
+            except Exception:  # a 5xx, a timeout: the next poll tries again
                 left.append((due, r))
         self._finished = left
 
@@ -691,15 +689,9 @@ class KubernetesBackend:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.batch.delete_namespaced_job(
-                r.job,
-                r.namespace,
-                propagation_policy="Background",
-                _request_timeout=self.fence.check(f"deleting Job {r.namespace}/{r.job}"),
-            )
+            self._delete_run_job(r, "Background")
         except ApiException as e:
-            if e.status != 404:
-                log.warning("deleting Job %s/%s: %s %s", r.namespace, r.job, e.status, e.reason)
+            log.warning("deleting Job %s/%s: %s %s", r.namespace, r.job, e.status, e.reason)
         except Exception as e:  # its pods end anyway; the Job stays until someone deletes it
             log.warning("deleting Job %s/%s: %s", r.namespace, r.job, e)
 
