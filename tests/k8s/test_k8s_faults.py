@@ -260,3 +260,55 @@ def test_a_run_recovered_before_its_pods_were_bound_goes_back_to_the_queue(make_
         w.cluster.wait_for(lambda: not batch.list_namespaced_job(NS).items, timeout=10, what="its Job deleted")
     finally:
         successor.close()
+
+
+def test_a_run_stopped_before_its_pods_were_bound_meters_nothing(make_world: Callable[..., World]) -> None:
+    """Its containers cannot have run: its end carries a zero-length span (the ledger meters the
+    containers' time, and there was none), not the time since its launch."""
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    w.backend.launch(w.request("early", "gpu-a"))
+    w.cluster.wait_for(lambda: bool(w.pods("early")), timeout=10, what="its pod")  # never polled: unbound
+    time.sleep(0.5)
+    w.backend.stop("early", 1, "cancelled")
+    events = w.until(lambda evs: any(e.job_id == "early" for e in evs), timeout=20)
+    (ev,) = [e for e in events if e.job_id == "early"]
+    assert ev.kind is EventKind.STOPPED
+    assert ev.started_at is not None and ev.started_at == ev.ended_at
+
+
+def test_a_bound_run_whose_start_was_never_seen_is_metered_from_its_launch(
+    make_world: Callable[..., World],
+) -> None:
+    """benchmarks' 200-job run: spot pods evicted and collected between two polls, after their
+    containers had run 1-2 s, were metered as zero-length spans (the GPUs were held and used). A run
+    bound before it ended may have run: its end leaves the start unknown (the loop meters from the
+    launch), never a span shorter than what ran."""
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    w.backend.launch(w.request("quick", "gpu-a"))
+    w.cluster.wait_for(lambda: bool(w.pods("quick")), timeout=10, what="its pod")
+    # polled until it is bound; the next poll comes after its container ran and its node went
+    w.cluster.wait_for(
+        lambda: not w.backend.poll() and all(p["spec"].get("nodeName") for p in w.pods("quick")),
+        timeout=10,
+        what="its pod bound",
+    )
+    w.cluster.wait_for(
+        lambda: any(p.get("status", {}).get("phase") == "Running" for p in w.pods("quick")),
+        timeout=10,
+        what="its container running",
+    )
+    time.sleep(1.0)
+    uids = set()
+    for p in w.pods("quick"):  # a drain's eviction: SIGTERM, exit, the pod deleted
+        name, uids = p["metadata"]["name"], uids | {p["metadata"]["uid"]}
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": NS}}
+        w.core.create_namespaced_pod_eviction(name, NS, body, _preload_content=False)
+    w.cluster.wait_for(
+        lambda: not uids & {p["metadata"]["uid"] for p in w.pods("quick")}, timeout=10, what="its pod gone"
+    )
+    events = w.until(lambda evs: any(e.job_id == "quick" for e in evs), timeout=20)
+    (ev,) = [e for e in events if e.job_id == "quick"]
+    assert ev.kind is EventKind.LOST, events
+    assert ev.started_at is None or ev.started_at < ev.ended_at - 0.9, ev

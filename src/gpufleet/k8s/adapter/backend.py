@@ -541,6 +541,8 @@ class KubernetesBackend:
         # a run placed on a node that is gone is lost (the loop requeues it) unless it ended first
         gone = {e.node for e in node_events if e.kind is EventKind.NODE_REMOVED}
         events: list[BackendEvent] = []
+        # runs not bound before this poll: none of their containers can have run
+        unbound = {key for key, r in self._runs.items() if not r.bound}
         for key, r in list(self._runs.items()):
             lost = not gone.isdisjoint(r.nodes)
             if r.bound and r.stopping is None and not lost and r.job_id not in changed and not r.assumed:
@@ -615,10 +617,13 @@ class KubernetesBackend:
                 failed = ev.kind in (EventKind.FAILED, EventKind.TIMED_OUT)
                 keep = self.options.keep_failed_s if failed else self.options.keep_finished_s
                 self._finished.append((time.monotonic() + keep, r))
-        # a run whose containers never started ran nothing: its end says so (the ledger meters the
-        # containers' time, not the time since the launch)
+        # a run ended before any of its pods was bound ran nothing: its end says so (a zero-length
+        # span). One that was bound but whose start was never seen (its pods deleted first) is
+        # metered from its launch: it held its GPUs, and its containers may have run
         events = [
-            replace(e, started_at=e.ended_at or e.time, ended_at=e.ended_at or e.time) if e.started_at is None else e
+            replace(e, started_at=e.ended_at or e.time, ended_at=e.ended_at or e.time)
+            if e.started_at is None and (e.job_id, e.run) in unbound
+            else e
             for e in events
         ]
         # ends first: a run that ended on a node before the node went is ended, not lost
