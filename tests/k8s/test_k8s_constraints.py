@@ -19,6 +19,7 @@ for (the kubelet only checks ``NoExecute``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -315,3 +316,19 @@ def test_a_tainted_node_serves_the_jobs_that_tolerate_it(fleet: PlaceFleet) -> N
     fleet.wait_for(lambda: _phase(_pod_named(fleet, "tolerant")) == "Running", "the tolerant pod running")
     assert _pod_named(fleet, "tolerant")["spec"]["nodeName"] == "reserved"
     assert fleet.rows()[own].state == "PENDING"
+
+
+def test_an_adopted_pod_gpufleet_binds_is_protected_from_consolidation(fleet: PlaceFleet) -> None:
+    """gpufleet's own Jobs carry ``karpenter.sh/do-not-disrupt``; a pod it adopts (made by someone
+    else's controller) did not, so Karpenter's consolidation could take the node from under it. The
+    adopter marks it when it claims the pod for a run."""
+    from tests.support.k8s import karpenter
+
+    fleet.cluster.add_gpu_node("a100", gpu_count=1)
+    fleet.start()
+    fleet.create_pod("served", {"nvidia.com/gpu": "1"})
+    fleet.wait_for(lambda: _phase(_pod_named(fleet, "served")) == "Running", "the adopted pod running")
+    pod = _pod_named(fleet, "served")
+    assert karpenter.node_disruption_blocked([pod], time.time()) == (
+        f'pod {fleet.team}/served has "karpenter.sh/do-not-disrupt" annotation'
+    )

@@ -56,7 +56,13 @@ from gpufleet.k8s.adapter.nodes import node_info, unschedulable_reason
 from gpufleet.k8s.adapter.objects import batch_job, binding, eviction, job_name
 from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
 from gpufleet.k8s.adapter.waiting import pod_condition_for
-from gpufleet.k8s.vocabulary import KEY_JOB_ID, KEY_RUN, LABEL_ADOPTED_OWNER, LABEL_GPU_COUNT
+from gpufleet.k8s.vocabulary import (
+    ANNOTATION_KARPENTER_DO_NOT_DISRUPT,
+    KEY_JOB_ID,
+    KEY_RUN,
+    LABEL_ADOPTED_OWNER,
+    LABEL_GPU_COUNT,
+)
 from gpufleet.model.gpu import gpu_model, split_mig_attribute
 from gpufleet.model.job import GpuRequest
 from gpufleet.model.node import Node, NodePool
@@ -416,11 +422,16 @@ class KubernetesBackend:
                 or pod.deletion_timestamp is not None
             ):
                 continue
+            marks = {KEY_RUN: str(r.run)}
+            if ANNOTATION_KARPENTER_DO_NOT_DISRUPT not in pod.annotations:
+                # as gpufleet's own pods (objects.batch_job): Karpenter's consolidation never takes
+                # the node from under the run; a value its owner set (a duration, "false") stays
+                marks[ANNOTATION_KARPENTER_DO_NOT_DISRUPT] = "true"
             try:
                 self.core.patch_namespaced_pod(
                     pod.name,
                     pod.namespace,
-                    {"metadata": {"annotations": {KEY_RUN: str(r.run)}}},
+                    {"metadata": {"annotations": marks}},
                     _preload_content=False,
                     _request_timeout=self.fence.check(f"marking pod {pod.key}"),
                 )

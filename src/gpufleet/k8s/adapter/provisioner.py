@@ -29,7 +29,8 @@ claims. Without it, gpufleet marks a pod ``Unschedulable`` only when capacity is
 never for a quota, budget or preemption wait: see :mod:`gpufleet.k8s.adapter.waiting`. The claims
 gpufleet makes are ones Karpenter launches and judges as its own (:func:`.objects.node_claim`: no
 ``minValues`` with the instance type pinned, the NodePool's hash annotations, its labels), and the
-pods gpufleet runs carry ``karpenter.sh/do-not-disrupt`` (:func:`.objects.batch_job`), so
+pods gpufleet runs carry ``karpenter.sh/do-not-disrupt`` (:func:`.objects.batch_job`; an adopted
+pod gets it when its run claims it, unless its owner set a value), so
 consolidation, drift and expiry never take a node from under a job; gpufleet gives idle nodes back
 itself (:meth:`~KarpenterProvisioner.release`).
 
