@@ -835,3 +835,33 @@ def test_repo_is_a_facade_over_one_module_per_aggregate() -> None:
                 assert fn_name in repo.__all__
     own = [n for n, f in inspect.getmembers(repo, inspect.isfunction) if f.__module__ == repo.__name__]
     assert own == []
+
+
+def test_a_runs_end_reads_only_the_nodes_it_ran_on(db: Database) -> None:
+    """The leader meters each run's end: it read every node ever recorded to price the run's few
+    shares (at 1,000 nodes, ~1,000 rows per run end, seen in benchmarks/k8s_scale.py's recovery)."""
+    from sqlalchemy import event
+
+    from gpufleet.control.sqlstate import SqlState
+    from gpufleet.loop.metering import Share
+    from gpufleet.store.models import NodeRow
+
+    with db.session() as s:
+        for i in range(40):
+            repo.upsert_node(s, Node(f"n{i:02d}", gpu_model="A100-80GB", gpu_count=8), hourly_usd=8.0, now=0.0)
+    row = _run_job(db, "metered", "n07", 0.0, None, team="ml", gpus=1)
+    loaded: list[str] = []
+
+    def count(target: NodeRow, _ctx: Any) -> None:
+        loaded.append(target.name)
+
+    event.listen(NodeRow, "load", count)
+    try:
+        with db.session() as s:
+            job = repo.get_job(s, row.id)
+            SqlState(db)._meter(s, job, 1, (Share("n07", 7000, 0, 0), Share("n07", 7000, 0, 0)), 0.0, 60.0)
+    finally:
+        event.remove(NodeRow, "load", count)
+    assert loaded == ["n07"]
+    with db.session(readonly=True) as s:
+        assert repo.job_segment_spans(s, row.id) != []

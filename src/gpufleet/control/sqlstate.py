@@ -217,7 +217,7 @@ class SqlState:
             return state
 
     def _meter(self, s: Session, row: Any, run: int, shares: Sequence[Share], start: float, end: float) -> None:
-        node_rows = {n.name: n for n in repo.list_nodes(s, include_removed=True)}
+        node_rows = repo.nodes_named(s, (sh.node for sh in shares))
         for sh in shares:
             node_row = node_rows.get(sh.node)
             if node_row is None:

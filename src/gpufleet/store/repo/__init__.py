@@ -102,6 +102,7 @@ from gpufleet.store.repo.nodes import (
     node_intervals,
     node_intervals_between,
     node_models,
+    nodes_named,
     remove_node,
     upsert_node,
 )
@@ -248,6 +249,7 @@ __all__ = [
     "node_intervals",
     "node_intervals_between",
     "node_models",
+    "nodes_named",
     "notifications_of",
     "open_pods",
     "open_run",

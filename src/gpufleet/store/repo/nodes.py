@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
@@ -94,6 +96,12 @@ def list_nodes(s: Session, include_removed: bool = False) -> list[NodeRow]:
     if not include_removed:
         q = q.where(NodeRow.state != "removed")
     return list(s.scalars(q))
+
+
+def nodes_named(s: Session, names: Iterable[str]) -> dict[str, NodeRow]:
+    """The rows of the nodes ``names`` (removed ones too), by primary key: a run's end meters the
+    few nodes its shares name, not every node ever recorded."""
+    return {name: row for name in dict.fromkeys(names) if (row := s.get(NodeRow, name)) is not None}
 
 
 def node_intervals(s: Session, name: str) -> list[NodeIntervalRow]:
