@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> None:
     running = 0
     deadline = time.monotonic() + args.setup_timeout
     while time.monotonic() < deadline:
-        running = cluster.call(lambda: len(server.list_objects(PODS, field_selector="status.phase=Running")), 120)
+        running = cluster.call(lambda: server.count_objects(PODS, field_selector="status.phase=Running"), 120)
         if running >= want:
             break
         time.sleep(5)

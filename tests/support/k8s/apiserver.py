@@ -723,9 +723,21 @@ class KubeApiServer(kmock.KubernetesEmulator):
         field_selector: str | None = None,
     ) -> list[Obj]:
         """Copies of the matching objects, in (namespace, name) order."""
+        return [copy.deepcopy(obj) for obj in self._matching(rtype, namespace, label_selector, field_selector)]
+
+    def count_objects(
+        self, rtype: ResourceType, namespace: str | None = None, field_selector: str | None = None
+    ) -> int:
+        """How many objects match (no copies: for a benchmark's progress polls)."""
+        return len(self._matching(rtype, namespace, None, field_selector))
+
+    def _matching(
+        self, rtype: ResourceType, namespace: str | None, label_selector: str | None, field_selector: str | None
+    ) -> list[Obj]:
+        """The matching stored objects themselves (not copies: a page copies only what it serves)."""
         labels, fields = self._selectors(rtype, label_selector, field_selector)
         return [
-            copy.deepcopy(obj)
+            obj
             for obj in self._iter(rtype, namespace)
             if selectors.match_labels(labels, obj) and selectors.match_fields(fields, obj)
         ]
@@ -1596,7 +1608,7 @@ class KubeApiServer(kmock.KubernetesEmulator):
         return options
 
     def _list_page(self, rtype: ResourceType, namespace: str | None, params: Mapping[str, str]) -> Obj:
-        items = self.list_objects(rtype, namespace, params.get("labelSelector"), params.get("fieldSelector"))
+        items = self._matching(rtype, namespace, params.get("labelSelector"), params.get("fieldSelector"))
         token = params.get("continue")
         if token:
             try:
@@ -1613,6 +1625,7 @@ class KubeApiServer(kmock.KubernetesEmulator):
             meta["continue"] = base64.urlsafe_b64encode(json.dumps(cursor).encode()).decode()
             meta["remainingItemCount"] = len(items) - limit
             items = items[:limit]
+        items = [copy.deepcopy(obj) for obj in items]
         return {"apiVersion": rtype.api_version, "kind": f"{rtype.kind}List", "metadata": meta, "items": items}
 
 
