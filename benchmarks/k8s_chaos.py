@@ -424,6 +424,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "shape": {"nodes": args.nodes, "jobs": args.jobs, "adopted": n_adopted, "window_s": window},
         "jobs_lost": len(lost) + lost_adopted,
         "jobs_lost_names": lost[:10],
+        "jobs_not_succeeded": _not_succeeded(dbs[0], [r for r in rows if r.state != "SUCCEEDED"][:10], t_wall),
         "adopted_owners": adopted_owners[:3],
         "adopted_owner_labels": sorted(str(o) for o in ok_owners)[:3],
         "jobs_duplicated": sum(n - 1 for n in by_name.values() if n > 1)
@@ -543,6 +544,20 @@ def ledger_checks(db: Database, rp: Any, t_wall: float) -> dict[str, Any]:
         "gpu_hours_ledger": round(gpu_s_ledger / 3600, 4),
         "gpu_hours_pods": round(gpu_s_pods / 3600, 4),
     }
+
+
+def _not_succeeded(db: Any, rows: list[JobRow], t0: float) -> list[dict[str, Any]]:
+    """What became of the jobs that did not succeed: state, reason, their transitions and runs."""
+    from gpufleet.store import repo
+
+    out = []
+    with db.session(readonly=True) as s:
+        for r in rows:
+            events = [f"{e.time - t0:6.1f}s {e.old}->{e.new} {e.reason}"[:240] for e in repo.job_events(s, r.id)]
+            out.append(
+                {"name": r.name, "id": r.id, "state": r.state, "reason": (r.reason or "")[:300], "events": events}
+            )
+    return out
 
 
 def main() -> None:

@@ -55,6 +55,7 @@ from gpufleet.k8s.adapter.informer import Informer, wait_filled
 from gpufleet.k8s.adapter.nodes import node_info, unschedulable_reason
 from gpufleet.k8s.adapter.objects import batch_job, binding, eviction, job_name
 from gpufleet.k8s.adapter.pods import PodFacts, pod_facts
+from gpufleet.k8s.adapter.runs import Run, run_end
 from gpufleet.k8s.adapter.waiting import pod_condition_for
 from gpufleet.k8s.vocabulary import (
     ANNOTATION_KARPENTER_DO_NOT_DISRUPT,
@@ -104,32 +105,6 @@ class KubernetesOptions:
         return self.namespace_of_team.get(team, team)
 
 
-@dataclass(slots=True)
-class _Run:
-    job_id: str
-    run: int
-    namespace: str
-    job: str  # the batch/v1 Job's name
-    nodes: tuple[str, ...]  # placement[i].node for pod i
-    started_at: float
-    stopping: str | None = None  # why a stop was asked
-    bound: bool = False
-    ran_from: float | None = None  # the earliest container start seen (pods can vanish as they end)
-    # a stop is driven until the pods are gone (each poll, after a failed attempt's back-off)
-    grace_s: float = 30.0
-    job_deleted: bool = False
-    retry_at: float = 0.0  # monotonic: no stop attempt before
-    backoff_s: float = 0.0
-    blocked: str | None = None  # why the last stop attempt did not get through (a PodDisruptionBudget's 429)
-    # pods bound by us whose binding the pod cache has not shown yet: name -> node (the assume cache)
-    assumed: dict[str, str] = field(default_factory=dict)
-    # an adopted run launched before its owner's replacement pods exist: monotonic time it gives up
-    pods_due: float | None = None
-    create_body: dict[str, Any] | None = None  # the Job, until the API server has taken it
-    no_pods_since: float | None = None  # monotonic: since when its Job has had no pod at all (unbound)
-    create_failed: str | None = None  # why the API server refused the Job for good (a retry's answer)
-
-
 def _retry_after(e: Exception) -> float:
     """Seconds a refusal asks to wait (``Retry-After``, or the Status' ``details.retryAfterSeconds``)."""
     headers = getattr(e, "headers", None) or {}
@@ -177,12 +152,6 @@ def _gpus_not_advertised(obj: Mapping[str, Any], node: Node) -> bool:
     return labelled > 0 and node.gpu_count == 0
 
 
-def _disrupted(pod: PodFacts) -> bool:
-    """The pod was ended by a disruption (an eviction, a preemption, a node going away)."""
-    c = pod.condition("DisruptionTarget")
-    return c is not None and c.status == "True"
-
-
 def _mig_profile(node: Node | None, mask: int, milli: int, job_id: str) -> str:
     """The MIG profile a placement's slice mask denotes on the node's GPU model (``milli`` tells
     apart profiles of equal memory), as the local backend reads it."""
@@ -227,7 +196,7 @@ class KubernetesBackend:
         # every write asks the fence for its deadline: a leader that cannot renew its Lease stops
         # writing before another replica can take the Lease over (:mod:`.fence`)
         self.fence = fence or Fenced()
-        self._runs: dict[tuple[str, int], _Run] = {}
+        self._runs: dict[tuple[str, int], Run] = {}
         self._nodes: dict[str, Node] = {}
         self._dcgm: DcgmScraper | None = None  # made on the first telemetry() (its urls can change)
         self._notified: set[str] = set()  # nodes whose spot notice was reported
@@ -251,7 +220,7 @@ class KubernetesBackend:
         )
         self._nodes_seen = -1  # node_cache.version when node events were last worked out
         # ended runs whose Job is deleted at the next poll, once the loop has stored their end
-        self._finished: list[tuple[float, _Run]] = []  # (monotonic time due, run)
+        self._finished: list[tuple[float, Run]] = []  # (monotonic time due, run)
         self.capabilities = Capabilities(
             frozenset(
                 {
@@ -349,13 +318,13 @@ class KubernetesBackend:
             constraints=req.constraints,
         )
         name = str(body["metadata"]["name"])
-        run = _Run(req.job_id, req.run, ns, name, tuple(p.node for p in req.placement), self.options.now())
+        run = Run(req.job_id, req.run, ns, name, tuple(p.node for p in req.placement), self.options.now())
         run.create_body = body
         self._create(run, first=True)  # a refusal for good raises; a transient one is retried by poll()
         self._runs[key] = run
         return self._handle(run)
 
-    def _create(self, r: _Run, *, first: bool = False) -> None:
+    def _create(self, r: Run, *, first: bool = False) -> None:
         """Create the run's Job. A 409 is a Job that exists (a launch replayed after a crash, or an
         earlier attempt whose answer was lost): ours. A 5xx, a 429, a timeout or a closed write
         window is tried again at a later poll, after a back-off honouring ``Retry-After`` (the run
@@ -399,7 +368,7 @@ class KubernetesBackend:
         namespace = pods[0].namespace if pods else owner.split("/", 1)[0]
         if not namespace:
             raise BackendError(f"job {req.job_id} ({owner}) has no pod left to run")
-        run = _Run(req.job_id, req.run, namespace, "", tuple(p.node for p in req.placement), self.options.now())
+        run = Run(req.job_id, req.run, namespace, "", tuple(p.node for p in req.placement), self.options.now())
         if not any(not p.terminal and p.deletion_timestamp is None for p in pods):
             # its controller replaces a failed or deleted pod only once that pod is gone or has
             # failed (podReplacementPolicy Failed): the run waits a while for the replacement (its
@@ -409,7 +378,7 @@ class KubernetesBackend:
         self._claim(run, pods)
         return self._handle(run)
 
-    def _claim(self, r: _Run, pods: list[PodFacts]) -> None:
+    def _claim(self, r: Run, pods: list[PodFacts]) -> None:
         """Mark an adopted job's waiting pods as run ``r`` (then :meth:`_run_pods` finds them)."""
         from kubernetes.client.exceptions import ApiException
 
@@ -441,7 +410,7 @@ class KubernetesBackend:
             except Exception as e:  # a timeout, a closed write window: marked again at the next poll
                 log.warning("marking pod %s as run %d: %s", pod.key, r.run, e)
 
-    def _handle(self, run: _Run) -> RunHandle:
+    def _handle(self, run: Run) -> RunHandle:
         return RunHandle(run.job_id, run.run, 0, run.started_at, f"k8s://{run.namespace}/job/{run.job}")
 
     def stop(self, job_id: str, run: int, reason: str, grace_s: float = 30.0) -> None:
@@ -460,7 +429,7 @@ class KubernetesBackend:
         r = self._runs.get((job_id, run))
         return r.blocked if r is not None else None
 
-    def _drive_stop(self, r: _Run, pods: list[PodFacts] | None, *, force: bool = False) -> None:
+    def _drive_stop(self, r: Run, pods: list[PodFacts] | None, *, force: bool = False) -> None:
         """One attempt at stopping ``r``: delete its Job (orphaning the pods, so its controller
         cannot replace a pod evicted below), then evict each bound pod with the run's grace (delete an
         unbound one). A 5xx, a timeout or a 429 (a PodDisruptionBudget, API Priority and Fairness) is
@@ -514,13 +483,13 @@ class KubernetesBackend:
             self._back_off(r, _retry_after(e) if isinstance(e, ApiException) else 0.0)
 
     @staticmethod
-    def _back_off(r: _Run, retry_after: float) -> None:
+    def _back_off(r: Run, retry_after: float) -> None:
         """The run's next write attempt (a stop, its Job's creation) waits: 0.5 s doubling to 10 s,
         or what ``Retry-After`` asks if longer."""
         r.backoff_s = min(max(r.backoff_s * 2, 0.5), 10.0)
         r.retry_at = time.monotonic() + max(r.backoff_s, retry_after)
 
-    def _run_pods(self, r: _Run, pods: list[PodFacts] | None = None) -> list[PodFacts]:
+    def _run_pods(self, r: Run, pods: list[PodFacts] | None = None) -> list[PodFacts]:
         """The run's pods as the cache has them, with the bindings we made and it has not shown yet."""
         pods = self.pod_cache.by_index(r.job_id) if pods is None else pods
         mine = []
@@ -664,7 +633,7 @@ class KubernetesBackend:
                 log.warning("deleting stray pod %s: %s", p.key, e)
         return kept
 
-    def _delete_run_job(self, r: _Run, propagation: str) -> None:
+    def _delete_run_job(self, r: Run, propagation: str) -> None:
         """Delete the run's Job (a fenced write); one already gone (404) is deleted. ``Orphan``
         keeps its pods (a stop evicts them with their grace), ``Background`` takes them along."""
         from kubernetes.client.exceptions import ApiException
@@ -698,7 +667,7 @@ class KubernetesBackend:
                 left.append((due, r))
         self._finished = left
 
-    def _delete_job(self, r: _Run) -> None:
+    def _delete_job(self, r: Run) -> None:
         """Delete a run's Job with its pods (none is replaced; running ones get their grace)."""
         if not r.job:
             return  # adopted pods: their own controller decides
@@ -711,7 +680,7 @@ class KubernetesBackend:
         except Exception as e:  # its pods end anyway; the Job stays until someone deletes it
             log.warning("deleting Job %s/%s: %s", r.namespace, r.job, e)
 
-    def _bind(self, r: _Run, pods: list[PodFacts]) -> None:
+    def _bind(self, r: Run, pods: list[PodFacts]) -> None:
         waiting = [p for p in pods if not p.terminal and p.deletion_timestamp is None]
         if len(waiting) < len(r.nodes):
             return  # a gang is bound all together, once all its pods exist
@@ -778,101 +747,8 @@ class KubernetesBackend:
             log.warning("pod %s is bound to %s, not %s", pod.key, bound, node)
         return bool(bound)
 
-    def _ended(self, r: _Run, pods: list[PodFacts]) -> BackendEvent | None:
-        now = self.options.now()
-        starts = [p.started_at for p in pods if p.started_at is not None]
-        if starts:
-            r.ran_from = min(starts) if r.ran_from is None else min(r.ran_from, *starts)
-        started = r.ran_from
-        if r.stopping is not None:
-            if any(not p.terminal for p in pods):
-                return None
-            ends = [p.finished_at for p in pods if p.finished_at is not None]
-            # a pod failed by itself before the stop reached it (no DisruptionTarget: not evicted): the run failed
-            own = [p for p in pods if p.phase == "Failed" and not _disrupted(p) and not p.rejected]
-            if own:
-                p = own[0]
-                return BackendEvent(
-                    EventKind.FAILED,
-                    now,
-                    r.job_id,
-                    r.run,
-                    exit_code=p.exit_code,
-                    reason=f"pod {p.key} failed" + (f" (exit {p.exit_code})" if p.exit_code else ""),
-                    started_at=started,
-                    ended_at=p.finished_at or now,
-                )
-            # every pod exited 0 before the stop reached it: the run succeeded (its work is done)
-            done = pods and len(pods) >= len(r.nodes) and all(p.phase == "Succeeded" for p in pods)
-            return BackendEvent(
-                EventKind.SUCCEEDED if done else EventKind.STOPPED,
-                now,
-                r.job_id,
-                r.run,
-                exit_code=0 if done else None,
-                reason="" if done else r.stopping,
-                started_at=started,
-                ended_at=max(ends) if ends else now,
-            )
-        gone = len(r.nodes) - sum(1 for p in pods if p.node is not None)
-        if r.bound and gone > 0 and not any(p.phase == "Failed" for p in pods):
-            # deleted by someone else (a drain, the pod garbage collector) before their end was seen
-            return BackendEvent(
-                EventKind.LOST,
-                now,
-                r.job_id,
-                r.run,
-                reason=f"{gone} of its pods were deleted",
-                started_at=started,
-                ended_at=now,
-            )
-        if not pods:
-            return None
-        rejected = [p for p in pods if p.rejected]
-        if rejected:
-            # the kubelet refused the pod (its node's affinity, taints or devices): nothing of the
-            # job ran; the run is lost and the job goes back to the queue, with the kubelet's reason
-            p = rejected[0]
-            return BackendEvent(
-                EventKind.LOST,
-                now,
-                r.job_id,
-                r.run,
-                reason=f"pod {p.key} was rejected by the kubelet on {p.node}: "
-                f"{p.status_reason}: {p.status_message}".rstrip(": "),
-                started_at=started,
-                ended_at=p.finished_at or now,
-            )
-        failed = [p for p in pods if p.phase == "Failed"]
-        if failed:
-            p = failed[0]
-            disrupted = p.condition("DisruptionTarget")
-            kind = EventKind.STOPPED if _disrupted(p) else EventKind.FAILED
-            reason = f"pod {p.key} failed" + (f" (exit {p.exit_code})" if p.exit_code else "")
-            if kind is EventKind.STOPPED:
-                reason = f"pod {p.key} disrupted: {disrupted.reason if disrupted else ''}".rstrip(": ")
-            return BackendEvent(
-                kind,
-                now,
-                r.job_id,
-                r.run,
-                exit_code=p.exit_code,
-                reason=reason,
-                started_at=started,
-                ended_at=p.finished_at or now,
-            )
-        if len(pods) >= len(r.nodes) and all(p.phase == "Succeeded" for p in pods):
-            ends = [p.finished_at for p in pods if p.finished_at is not None]
-            return BackendEvent(
-                EventKind.SUCCEEDED,
-                now,
-                r.job_id,
-                r.run,
-                exit_code=0,
-                started_at=started,
-                ended_at=max(ends) if ends else now,
-            )
-        return None
+    def _ended(self, r: Run, pods: list[PodFacts]) -> BackendEvent | None:
+        return run_end(r, pods, self.options.now())
 
     def _node_events(self) -> list[BackendEvent]:
         now = self.options.now()
@@ -1007,10 +883,10 @@ class KubernetesBackend:
             # has not started: it is given up (its Job deleted, retried until it is) and the job
             # goes back to the queue. Binding to "" would be refused (422) for ever.
             if any(p.owner.kind == "Job" and p.owner.name == name for p in pods):
-                self._finished.append((0.0, _Run(job_id, run, ns, name, (), started)))
+                self._finished.append((0.0, Run(job_id, run, ns, name, (), started)))
             return Recovered(RecoveredState.ABSENT)
         nodes = tuple(p.node or "" for p in sorted(pods, key=lambda p: p.completion_index or 0))
-        r = _Run(job_id, run, ns, name, nodes, started, bound=all(p.node for p in pods))
+        r = Run(job_id, run, ns, name, nodes, started, bound=all(p.node for p in pods))
         ev = self._ended(r, pods)
         if ev is not None:
             return Recovered(RecoveredState.ENDED, event=ev)
