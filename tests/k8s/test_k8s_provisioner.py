@@ -33,6 +33,7 @@ from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES, KarpenterProvision
 from gpufleet.k8s.vocabulary import LABEL_POOL, LABEL_PROVISIONED
 from gpufleet.loop.state import LaunchSpec, MemoryState
 from gpufleet.loop.world import LoopConfig, WorldLoop
+from gpufleet.model.constraints import Taint, TaintEffect
 from gpufleet.model.job import GpuRequest, Job, JobSpec, PodPlacement
 from gpufleet.model.node import CapacityType, Node, SharingMode
 from gpufleet.scheduling.profile import load_profile
@@ -40,7 +41,8 @@ from tests.support.k8s.cluster import Cluster
 from tests.support.k8s.crdcheck import CRDS, check_cel, validate_crd
 from tests.support.k8s.informers import settled_poll
 from tests.support.k8s.jobcontroller import JobController
-from tests.support.k8s.kubelet import KubeletConfig
+from tests.support.k8s.karpenter import registered_node
+from tests.support.k8s.kubelet import KubeletConfig, gpu_node
 
 pytestmark = pytest.mark.slow
 
@@ -354,6 +356,66 @@ def test_a_node_named_like_its_claim_is_reported_added(fleet: Fleet, backend: Ku
     assert (seen.gpu_model, seen.gpu_count, seen.capacity_type) == ("H100-80GB", 8, CapacityType.SPOT)
     assert seen.hourly_price_usd == pytest.approx(node.hourly_price_usd)
     assert settled_poll(backend, fleet.core) == []
+
+
+def test_a_nodepools_taints_are_its_pools_its_claims_and_its_nodes(fleet: Fleet, backend: KubernetesBackend) -> None:
+    """Issue 22, item 7: the NodePool template's taints that keep pods off are the taints of the pools
+    gpufleet derives from it (the autoscaler grows one only for a job that tolerates them); its claims
+    carry the template's taints in ``spec.taints``, Karpenter puts them on the Node, and the Node
+    gpufleet reads back carries them."""
+    team = {"key": "example.com/team", "value": "research", "effect": "NoSchedule"}
+    obj = nodepool("research", ["g5.xlarge"])
+    tspec = obj["spec"]["template"]["spec"]
+    tspec["taints"] = [*tspec["taints"], team, {"key": "soft", "effect": "PreferNoSchedule"}]
+    validate_crd(NODEPOOL_CRD, obj)
+    fleet.add_pool(obj)
+    fleet.clock[0] += 60
+    (pool,) = [p for p in fleet.prov.pools() if p.name.startswith("research")]
+    want = (Taint("example.com/team", "research", TaintEffect.NO_SCHEDULE),)
+    assert pool.taints == want  # nvidia.com/gpu: gpufleet's pods tolerate it; PreferNoSchedule keeps none off
+    assert all(p.taints == () for p in fleet.prov.pools() if not p.name.startswith("research"))
+    (made,) = backend.provision(pool.name, 1, fleet.clock[0])
+    assert made.taints == want  # the node the loop places on before it joins
+    claim = fleet.claim(made.name)
+    validate_crd(NODECLAIM_CRD, claim)
+    assert claim["spec"]["taints"] == tspec["taints"]
+    joined = gpu_node(
+        made.name,
+        product="NVIDIA-A10G",
+        gpu_count=1,
+        gpu_memory_mib=23028,
+        instance_type="g5.xlarge",
+        cpu="4",
+        memory="16Gi",
+        taints=[{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}],  # as the kubelet registers it
+    )
+    node = registered_node(claim, joined)
+    assert sorted(t["key"] for t in node["spec"]["taints"]) == ["example.com/team", "nvidia.com/gpu", "soft"]
+    fleet.core.create_node(node)
+    events = settled_poll(backend, fleet.core)
+    assert [(e.kind, e.node) for e in events] == [(EventKind.NODE_ADDED, made.name)]
+    seen = backend.node(made.name)
+    assert seen is not None and seen.pool == pool.name and seen.taints == want
+
+
+def test_a_pool_carries_the_well_known_labels_its_nodes_will_have(fleet: Fleet) -> None:
+    """An adopted pod selecting ``kubernetes.io/os: linux`` (or the architecture, the instance
+    family) matches every real node: the pools gpufleet derives must carry those labels too, or
+    such a job grows no pool (and, with no matching node yet, is refused as never runnable)."""
+    from gpufleet.model.constraints import constraints_from_dict
+    from gpufleet.model.job import GpuRequest, JobSpec
+    from gpufleet.scheduling.admission import Need, fit_problem
+
+    fleet.add_pool(nodepool("general", ["g5.xlarge"]))
+    fleet.clock[0] += 60
+    (pool,) = [p for p in fleet.prov.pools() if p.name.startswith("general")]
+    assert pool.labels["kubernetes.io/os"] == "linux"
+    assert pool.labels["kubernetes.io/arch"] == "amd64"
+    assert pool.labels["karpenter.k8s.aws/instance-family"] == "g5"
+    assert pool.labels["node.kubernetes.io/instance-type"] == "g5.xlarge"
+    wants = constraints_from_dict({"nodeSelector": {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}})
+    need = Need.of_spec(JobSpec("train", gpu=GpuRequest(1)))
+    assert fit_problem(need, wants, [], [pool]) is None
 
 
 def test_a_claim_that_never_launches_is_reported_removed(fleet: Fleet, backend: KubernetesBackend) -> None:

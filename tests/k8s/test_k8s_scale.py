@@ -161,7 +161,9 @@ def _api_plans(rng: random.Random, count: int) -> list[Plan]:
         kind = i % 10
         if i in WAVE_2:  # urgent work that needs a whole node (or two): preempts low-priority preemptible jobs
             wave = 2
-            gang = i % 3 == 0 and team in ("alpha", "beta")  # 16 GPUs: within what their cohort rules allow
+            # 16 GPUs: within alpha's nominal quota (a job that is not preemptible may not borrow, so
+            # beta, nominal 12, could never run it: issue 23)
+            gang = i % 3 == 0 and team == "alpha"
             body.update(priority="high", gpus=8, pods=2 if gang else 1)
             duration = round(rng.uniform(0.8, 1.5), 2)
             env["KWOK_DURATION_S"] = str(duration)

@@ -1,8 +1,10 @@
-"""Admission checks (phase 2 of the cycle): feasibility verdicts, check order, custom checks
-registered by name through the profile, and budget limits applied inside one cycle (no second pass)."""
+"""Admission checks (phase 2 of the cycle): feasibility verdicts (node constraints and taints
+included), check order, custom checks registered by name through the profile, and budget limits
+applied inside one cycle (no second pass)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,8 +14,20 @@ import pytest
 
 from gpufleet.cost.budgets.throttle import ThrottleRule, capacity_limits
 from gpufleet.errors import InputError, RegistryError
+from gpufleet.model.constraints import (
+    NodeConstraints,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    SelectorOperator,
+    Taint,
+    TaintEffect,
+    Toleration,
+    TolerationOperator,
+    node_constraints,
+)
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, Job, JobSpec, JobState
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
+from gpufleet.model.submission import Submission, submission
 from gpufleet.scheduling.admission import (
     ADMISSION_CHECKS,
     ADMIT,
@@ -138,6 +152,197 @@ def test_submit_path_refuses_only_when_nodes_are_known() -> None:
         check_fits({**fields, "gpus": 1, "gpu_types": ["H100-80GB"]}, [n("a")])
     assert e.value.field == "gpu_types"
     check_fits({**fields, "gpus": 8, "gpu_types": ["H100-80GB"]}, [n("a")], [POOL])
+
+
+# -- feasibility with node constraints and taints (issue 22, item 7) -------------------------------------
+DEDICATED = Taint("dedicated", "ml", TaintEffect.NO_SCHEDULE)
+TOLERATES_ML = Toleration("dedicated", TolerationOperator.EQUAL, "ml", TaintEffect.NO_SCHEDULE)
+SOFT = Taint("soft", "", TaintEffect.PREFER_NO_SCHEDULE)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """An autoscaling pool of 8 x H100-80GB nodes, made when the case runs."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+    def make(self) -> NodePool:
+        return NodePool(
+            self.name, "H100-80GB", 8, 128_000, 1_024_000, max_nodes=4, labels=dict(self.labels), taints=self.taints
+        )
+
+
+def needs(gpus: int = 1, **kw: Any) -> Submission:
+    return submission("j", ["true"], gpu=GpuRequest(gpus), **kw)
+
+
+def selects(**labels: str) -> NodeConstraints:
+    return node_constraints(labels)
+
+
+def tolerates(*t: Toleration) -> NodeConstraints:
+    return node_constraints(tolerations=t)
+
+
+def affinity(*reqs: NodeSelectorRequirement) -> NodeConstraints:
+    return node_constraints(required_terms=[NodeSelectorTerm(reqs)])
+
+
+def pinned(node: str) -> NodeConstraints:
+    return node_constraints(
+        required_terms=[NodeSelectorTerm((), (NodeSelectorRequirement("metadata.name", SelectorOperator.IN, (node,)),))]
+    )
+
+
+@dataclass(frozen=True)
+class Placed:
+    name: str
+    nodes: Sequence[Node]
+    pools: Sequence[Pool]
+    job: Submission
+    field: str | None  # the field the refusal names; None: the job can run
+    says: str = ""  # a part of the reason
+
+
+CONSTRAINED = [
+    Placed(
+        "selector matches no node and no pool",
+        [n("a", labels={"gpu": "a100"})],
+        [Pool("p", {"gpu": "h200"})],
+        needs(constraints=selects(gpu="h100")),
+        "constraints.nodeSelector",
+        "no node or pool matches the job's node selector {gpu: h100}",
+    ),
+    Placed(
+        "selector matches a pool only",
+        [n("a", labels={"gpu": "a100"})],
+        [Pool("p", {"gpu": "h100"})],
+        needs(constraints=selects(gpu="h100")),
+        None,
+    ),
+    Placed(
+        "selector matches only a node too small for the job",
+        [n("small", gpus=4, labels={"gpu": "a100"}), n("big")],
+        [],
+        needs(8, constraints=selects(gpu="a100")),
+        "constraints.nodeSelector",
+        "no node or pool that matches the job's node selector {gpu: a100} could ever hold the job "
+        "(no node or pool has 8 GPUs (most: 4))",
+    ),
+    Placed(
+        "required affinity matches nothing",
+        [n("a", labels={"zone": "a"})],
+        [Pool("p", {"zone": "c"})],
+        needs(constraints=affinity(NodeSelectorRequirement("zone", SelectorOperator.IN, ("b",)))),
+        "constraints.affinity",
+        "no node or pool meets the job's required node affinity (zone In [b])",
+    ),
+    Placed(
+        "a job pinned to a node by name grows no pool",
+        [n("a", gpus=4)],
+        [Pool("p")],
+        needs(8, constraints=pinned("a")),
+        "constraints.affinity",
+        "could ever hold the job (no node or pool has 8 GPUs (most: 4))",
+    ),
+    Placed(
+        "every node that fits is tainted, not tolerated",
+        [n("a", taints=(DEDICATED,)), n("small", gpus=1)],
+        [],
+        needs(8),
+        "constraints.tolerations",
+        "every node and pool that fits the job has a taint it does not tolerate (dedicated=ml:NoSchedule)",
+    ),
+    Placed(
+        "every node that fits is tainted, tolerated",
+        [n("a", taints=(DEDICATED,)), n("small", gpus=1)],
+        [],
+        needs(8, constraints=tolerates(TOLERATES_ML)),
+        None,
+    ),
+    Placed(
+        "the only pool is tainted, not tolerated",
+        [n("small", gpus=1)],
+        [Pool("p", taints=(DEDICATED,))],
+        needs(8),
+        "constraints.tolerations",
+        "(dedicated=ml:NoSchedule)",
+    ),
+    Placed(
+        "the only pool is tainted, tolerated",
+        [],
+        [Pool("p", taints=(DEDICATED,))],
+        needs(8, constraints=tolerates(TOLERATES_ML)),
+        None,
+    ),
+    Placed("an untainted node that fits is enough", [n("a", taints=(DEDICATED,)), n("b")], [], needs(8), None),
+    Placed("a PreferNoSchedule taint keeps no job off", [n("a", taints=(SOFT,))], [], needs(8), None),
+    Placed(
+        "the node the selector matches is tainted",
+        [n("a", labels={"gpu": "h100"}, taints=(DEDICATED,)), n("b")],
+        [],
+        needs(constraints=selects(gpu="h100")),
+        "constraints.tolerations",
+        "every node and pool that fits the job and matches the job's node selector {gpu: h100} has a taint",
+    ),
+    Placed("no constraint, no taint: as before", [n("a")], [Pool("p")], needs(8), None),
+    Placed(
+        "no constraint, too many GPUs: as before",
+        [n("a")],
+        [],
+        needs(9),
+        "gpus",
+        "no node or pool has 9 GPUs (most: 8)",
+    ),
+    Placed(
+        "what the job asks of a node comes first",
+        [n("a", labels={"gpu": "a100"})],
+        [],
+        needs(9, constraints=selects(gpu="h100")),
+        "gpus",
+        "9 GPUs (most: 8)",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CONSTRAINED, ids=[c.name for c in CONSTRAINED])
+def test_feasibility_with_node_constraints_and_taints(case: Placed) -> None:
+    """A job whose selector, affinity or tolerations leave it no node and no pool is UNRESOLVABLE
+    (at submit and in the cycle), its reason naming the constraint; what fits is not refused."""
+    from gpufleet.services.submit import check_fits
+
+    pools = [p.make() for p in case.pools]
+    st = submission_status(case.job.spec(), case.nodes, pools)
+    if case.field is None:
+        assert st.ok, st.reason
+        check_fits(case.job, case.nodes, pools)
+        return
+    assert st.code is Code.UNRESOLVABLE and case.says in st.reason, st.reason
+    with pytest.raises(InputError) as e:
+        check_fits(case.job, case.nodes, pools)
+    assert e.value.field == case.field and case.says in str(e.value)
+
+
+def test_the_cycle_rejects_a_job_no_node_matches_until_one_does() -> None:
+    """The cycle's check judges constraints too, and judges again once a node is relabelled (its
+    verdicts are cached per snapshot version)."""
+    snap = cluster().add("n1", gpus=4).snapshot()
+    sched = load_profile({}).build()
+    spec = dataclasses.replace(job("h").gpus(1).build().spec, constraints=selects(gpu="h100"))
+    h = Job("h", spec, 0.0)
+    plain = job("plain").gpus(1).build()
+    d = sched.cycle(ClusterState(snap, [h, plain], {}), 0.0)
+    assert [p.job.id for p in d.placements] == ["plain"]
+    assert d.waiting["h"].code is Code.UNRESOLVABLE
+    assert "no node or pool matches the job's node selector {gpu: h100}" in d.waiting["h"].reason
+    snap.relabel("n1", {"gpu": "h100"}, (DEDICATED,))
+    d = sched.cycle(ClusterState(snap, [h], {}), 1.0)
+    assert d.waiting["h"].code is Code.UNRESOLVABLE and "(dedicated=ml:NoSchedule)" in d.waiting["h"].reason
+    snap.relabel("n1", {"gpu": "h100"}, ())
+    d = sched.cycle(ClusterState(snap, [h], {}), 2.0)
+    assert [p.job.id for p in d.placements] == ["h"]
 
 
 # -- check order and custom checks ----------------------------------------------------------------------

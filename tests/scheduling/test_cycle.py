@@ -129,16 +129,16 @@ def test_cohort_borrowing_and_reclaim() -> None:
         "b": {"quota": {"*": 2}, "cohort": "lab"},
     }
     w = world(cluster().add("n1", gpus=4), teams=teams)
-    # a borrows b's idle quota
-    d = w.cycle([job(f"a{i}").team("a").at(i).build() for i in range(4)])
+    # a borrows b's idle quota (only preemptible jobs may borrow: what is borrowed can be reclaimed)
+    d = w.cycle([job(f"a{i}").team("a").preemptible().at(i).build() for i in range(4)])
     assert placed(d) == ["a0", "a1", "a2", "a3"]
     for p in d.placements:
         w.running[p.job.id] = RunningJob(p.job, p.assignments, "A100-80GB")
         p.job.transition(JobState.ADMITTED, 0, "t")
         p.job.transition(JobState.RUNNING, 0, "t")
         p.job.start_time = 0
-    # b comes back for its nominal quota: a's borrowed jobs are reclaimed
-    d = w.cycle([job("b0").team("b").at(10).build(), job("b1").team("b").at(11).build()], now=20)
+    # b comes back for its nominal quota: a's borrowed jobs are reclaimed (once past the minimum runtime)
+    d = w.cycle([job("b0").team("b").at(10).build(), job("b1").team("b").at(11).build()], now=200)
     assert len(d.preemptions) == 2
     assert all(p.victim.job.team == "a" and "reclaimed" in p.reason for p in d.preemptions)
 
@@ -146,7 +146,7 @@ def test_cohort_borrowing_and_reclaim() -> None:
 def test_borrowing_limit() -> None:
     teams = {"a": {"quota": {"*": 1}, "cohort": "lab", "borrowing_limit": 1}, "b": {"quota": {"*": 6}, "cohort": "lab"}}
     w = world(cluster().add("n1", gpus=8), teams=teams)
-    assert len(placed(w.cycle([job(f"a{i}").team("a").at(i).build() for i in range(4)]))) == 2
+    assert len(placed(w.cycle([job(f"a{i}").team("a").preemptible().at(i).build() for i in range(4)]))) == 2
 
 
 # -- preemption -----------------------------------------------------------------------------------------

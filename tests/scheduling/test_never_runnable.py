@@ -75,3 +75,40 @@ def test_a_job_shows_what_it_asked_for(api: Api, capsys: pytest.CaptureFixture[s
     print_job(JobOut.model_validate(got), [])
     text = capsys.readouterr().out
     assert "4 CPU · 16 GiB memory" in text and "job budget" in text and "$5.00" in text
+
+
+def test_a_job_whose_node_selector_matches_no_node_is_refused_naming_it(api: Api) -> None:
+    """Issue 22, item 7: a job's node constraints are judged at submit too (the service the submit
+    route calls: the API body has no constraints, an adopted workload's submission has)."""
+    from gpufleet.errors import InputError
+    from gpufleet.model.constraints import node_constraints
+    from gpufleet.model.job import GpuRequest
+    from gpufleet.model.submission import submission
+    from gpufleet.services.submit import check_fits_store
+
+    with_host(api)
+    sub = submission("x", ["true"], gpu=GpuRequest(1), constraints=node_constraints({"gpu": "h100"}))
+    with api.db.session(readonly=True) as s, pytest.raises(InputError) as e:
+        check_fits_store(s, sub)
+    assert e.value.field == "constraints.nodeSelector"
+    assert "no node or pool matches the job's node selector {gpu: h100}" in str(e.value)
+    fits = submission("y", ["true"], gpu=GpuRequest(1), constraints=node_constraints({"zone": "a"}))
+    with api.db.session() as s:
+        repo.upsert_node(s, Node("zoned", "A100-80GB", 8, 32000, 262144, labels={"zone": "a"}), hourly_usd=32.0, now=T0)
+    with api.db.session(readonly=True) as s:
+        check_fits_store(s, fits)
+
+
+def test_a_job_every_fitting_node_keeps_off_with_a_taint_is_refused(api: Api) -> None:
+    """Its pods would never be placed (a job without tolerations tolerates no taint): 422 naming the
+    taint, not a job queued for ever."""
+    from gpufleet.model.constraints import Taint
+
+    with api.db.session() as s:
+        tainted = Node("host", "A100-80GB", 8, 32000, 262144, taints=(Taint("dedicated", "ml"),))
+        repo.upsert_node(s, tainted, hourly_usd=32.0, now=T0)
+    r = api.client.post("/v1/jobs", json={"name": "x", "command": ["true"], "gpus": 1}, headers=api.h("alice"))
+    doc = problem(r, 422, "invalid_input")
+    assert "has a taint it does not tolerate (dedicated=ml:NoSchedule)" in doc["detail"], doc
+    with api.db.session() as s:
+        assert repo.job_ids_in_states(s, ["PENDING"]) == []

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpufleet.model.gpu import canonical_gpu_name
 from gpufleet.model.node import CapacityType, Node, NodePool
-from gpufleet.scheduling.admission import Shape, node_shape, pool_shape
+from gpufleet.scheduling.admission import Place, Shape, node_shape, pool_place, pool_shape
 from gpufleet.scheduling.autoscaler import PoolState
 from gpufleet.scheduling.snapshot import ClusterSnapshot
 
@@ -40,6 +40,8 @@ class ClusterView:
         # answers that change only when nodes come, go or become ready: cached per version
         self._version = 0
         self._cached: dict[str, tuple[int, Any]] = {}
+        # places (see places()), by "each node on its own": valid while (version, snapshot version) hold
+        self._places: dict[bool, tuple[tuple[int, int], list[Place]]] = {}
 
     # -- pools -------------------------------------------------------------------------------------
     def _memo(self, name: str, compute: Callable[[], Any]) -> Any:
@@ -58,6 +60,33 @@ class ClusterView:
             return out + [pool_shape(p) for p in self.pools.values() if p.max_nodes > 0]
 
         return list(self._memo("shapes", compute))
+
+    def tainted(self) -> bool:
+        """Does a node (live or gone: no scan) or an autoscaled pool carry a taint? Feasibility then
+        judges every job by :meth:`places`."""
+        return bool(self.snapshot.tainted) or any(p.taints for p in self.pools.values() if p.max_nodes > 0)
+
+    def places(self, *, each: bool) -> list[Place]:
+        """The live nodes and the autoscaled pools as places (for a job's node constraints:
+        :func:`~gpufleet.scheduling.admission.constrained_infeasibility`): each node on its own
+        (``each``: a job that selects nodes), else one place per distinct shape and taints. A node's
+        labels and taints are the snapshot's (a relabelled node's new ones)."""
+        snap = self.snapshot
+        key = (self._version, snap.version)
+        hit = self._places.get(each)
+        if hit is not None and hit[0] == key:
+            return list(hit[1])
+        if each:
+            nodes = [
+                Place(node_shape(ns.node), snap.node_labels[ns.index], snap.node_taints[ns.index], ns.node.name)
+                for ns in self.live.values()
+            ]
+        else:
+            kinds = dict.fromkeys((node_shape(ns.node), snap.node_taints[ns.index]) for ns in self.live.values())
+            nodes = [Place(shape, taints=taints) for shape, taints in kinds]
+        out = nodes + [pool_place(p) for p in self.pools.values() if p.max_nodes > 0]
+        self._places[each] = (key, out)
+        return list(out)
 
     def add_pool(self, pool: NodePool, hourly_usd: float) -> None:
         self.pools[pool.name] = pool

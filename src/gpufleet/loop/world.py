@@ -44,7 +44,7 @@ from gpufleet.loop.state import RunEnd, StateStore
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job, JobState, StopKind, StopReason
 from gpufleet.model.node import Node
-from gpufleet.scheduling.admission import CapacityLimit, Need, infeasibility
+from gpufleet.scheduling.admission import CapacityLimit, Need, constrained_infeasibility, infeasibility
 from gpufleet.scheduling.cycle import Scheduler
 from gpufleet.scheduling.decisions import ClusterState, Decisions, Placement
 from gpufleet.scheduling.framework import Status
@@ -325,7 +325,13 @@ class WorldLoop:
         :func:`gpufleet.loop.budgets.block_refusal`)."""
         shapes = self.cluster.shapes()
         if shapes:  # nothing is refused before any capacity is known
-            why = infeasibility(Need.of_spec(job.spec, on_demand_only=job.on_demand_only), shapes)
+            need = Need.of_spec(job.spec, on_demand_only=job.on_demand_only)
+            constraints = job.spec.constraints
+            if constraints or self.cluster.tainted():  # where it may run: by places (constraints, taints)
+                places = self.cluster.places(each=constraints.selects)
+                why = constrained_infeasibility(need, places, constraints)
+            else:
+                why = infeasibility(need, shapes)
             if why is not None:
                 reason = f"unschedulable: {why[0]}"
                 self._end(job, JobState.FAILED, reason, now)
@@ -363,8 +369,10 @@ class WorldLoop:
         if not self.pending:
             return False
         # the same sums as next_due's, so a driver that advances to that time finds the cycle due
-        return (self.dirty and now >= self.last_cycle + self.cycle_gap()) or (
-            now >= self.last_cycle + self.config.cycle_interval_s
+        return (
+            (self.dirty and now >= self.last_cycle + self.cycle_gap())
+            or now >= self.last_cycle + self.config.cycle_interval_s
+            or (self.decisions is not None and now >= self.decisions.retry_at)  # a minimum runtime ran out
         )
 
     def cluster_state(self) -> ClusterState:
@@ -677,6 +685,8 @@ class WorldLoop:
                 t = max(now, self.last_cycle + self.cycle_gap())
             if self.config.cycle_interval_s < math.inf:
                 t = min(t, max(now, self.last_cycle + self.config.cycle_interval_s))
+            if self.decisions is not None:  # a preemption waits for its victims' minimum runtime
+                t = min(t, max(now, self.decisions.retry_at))
         autoscaling = self.provisioner is not None and self.scheduler.config.autoscaler.enabled
         if autoscaling and (self.pending or self.cluster.above_min()):
             t = min(t, max(now, self.last_autoscale + self.config.autoscale_interval_s))

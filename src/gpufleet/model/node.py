@@ -82,6 +82,9 @@ class NodePool:
     sharing: SharingMode = SharingMode.SHARED
     labels: dict[str, str] = field(default_factory=dict)
     gpu_facts: GpuSharingFacts = GpuSharingFacts()  # of each node
+    # the taints each node is made with (what keeps off the jobs not tolerating them, as Node.taints):
+    # the autoscaler grows a pool only for jobs that tolerate them, feasibility counts it only for those
+    taints: tuple[Taint, ...] = ()
 
     def make_node(self, index: int) -> Node:
         return Node(
@@ -96,4 +99,5 @@ class NodePool:
             sharing=self.sharing,
             labels=dict(self.labels),
             gpu_facts=self.gpu_facts,
+            taints=self.taints,
         )

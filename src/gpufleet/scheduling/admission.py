@@ -16,7 +16,8 @@ also prepare once per cycle (:meth:`AdmissionCheck.start`, before the queue is o
 Built-ins:
 
 - ``feasibility``: could the job ever fit one node of the cluster or an empty node of one of its
-  autoscaling pools (GPU type, GPU memory, sharing mode, GPU count, CPU, memory, spot)? If not it is
+  autoscaling pools (GPU type, GPU memory, sharing mode, GPU count, CPU, memory, spot), one its node
+  selector and required node affinity match, without a taint it does not tolerate? If not it is
   rejected with what is missing. Pure and shared with the submit path (:func:`submission_status`).
 - ``quota``: Kueue-style quotas with cohorts (:class:`~gpufleet.scheduling.quota.QuotaPolicy`):
   narrows the GPU types to those the team may use now; when none is left it tries to reclaim
@@ -34,17 +35,28 @@ The scheduling package knows nothing of budgets: a :class:`CapacityLimit` is a n
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from gpufleet.model.constraints import (
+    NO_CONSTRAINTS,
+    NodeConstraints,
+    NodeSelectorRequirement,
+    Taint,
+    matches,
+    untolerated,
+)
 from gpufleet.model.gpu import MILLI, canonical_gpu_name, gpu_model
 from gpufleet.model.job import Job, JobSpec
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
 from gpufleet.model.share import milli_gpus
 from gpufleet.scheduling.framework import SUCCESS, Code, PolicyContext, Registry, Status, WaitKind
+from gpufleet.scheduling.preemption import WITHIN_TEAM_WAIT, Deferred
+from gpufleet.scheduling.quota import NominalReservations, QuotaPolicy
 from gpufleet.scheduling.snapshot import CAPACITY_CODE, SHARING_CODE, BoolArray, ClusterSnapshot, PodRequest
 
 if TYPE_CHECKING:
@@ -88,7 +100,8 @@ def reject(reason: str, kind: WaitKind = WaitKind.OTHER) -> Verdict:
 @dataclass(slots=True)
 class AdmissionContext:
     """What a check may look at in one cycle: the scheduler (quotas, usage, preemption), the state
-    the cycle reads, the time, the decisions so far and the victims chosen in this cycle."""
+    the cycle reads, the time, the decisions so far and the victims chosen (in this cycle, or before
+    and still stopping)."""
 
     scheduler: Scheduler
     state: ClusterState
@@ -193,28 +206,42 @@ def pool_shape(pool: NodePool) -> Shape:
 _SHARING_OF_CODE = {v: k for k, v in SHARING_CODE.items()}
 
 
-def snapshot_shapes(snap: ClusterSnapshot, start: int = 0) -> list[Shape]:
-    """The distinct shapes of the snapshot's nodes from row ``start`` on (every node it holds,
-    schedulable or not yet)."""
-    n = snap.n
-    if n <= start:
-        return []
-    rows = np.stack(
+def _shape_rows(snap: ClusterSnapshot, rows: slice | np.ndarray) -> np.ndarray:
+    """One row per node (``rows`` of the snapshot): the columns a :class:`Shape` is made of."""
+    return np.stack(
         [
-            snap.gpu_type[start:n],
-            snap.gpu_count[start:n],
-            snap.cpu_cap[start:n],
-            snap.mem_cap[start:n],
-            snap.sharing[start:n],
-            snap.capacity_type[start:n],
+            snap.gpu_type[rows],
+            snap.gpu_count[rows],
+            snap.cpu_cap[rows],
+            snap.mem_cap[rows],
+            snap.sharing[rows],
+            snap.capacity_type[rows],
         ],
         axis=1,
     )
+
+
+def _shapes_of(snap: ClusterSnapshot, rows: np.ndarray) -> list[Shape]:
     out = []
-    for t, count, cpu, mem, sharing, cap in np.unique(rows, axis=0).tolist():
+    for t, count, cpu, mem, sharing, cap in rows.tolist():
         model = snap.gpu_types[t] if t >= 0 and count > 0 else ""
         out.append(Shape(model, count, cpu, mem, _SHARING_OF_CODE[sharing], cap == CAPACITY_CODE[CapacityType.SPOT]))
     return out
+
+
+def snapshot_shapes(snap: ClusterSnapshot, start: int = 0, *, without: Sequence[int] = ()) -> list[Shape]:
+    """The distinct shapes of the snapshot's nodes from row ``start`` on (every node it holds,
+    schedulable or not yet), leaving out the rows ``without``."""
+    n = snap.n
+    if n <= start:
+        return []
+    if without:
+        keep = np.ones(n - start, dtype=np.bool_)
+        keep[[i - start for i in without if i >= start]] = False
+        rows = _shape_rows(snap, np.flatnonzero(keep) + start)
+    else:
+        rows = _shape_rows(snap, slice(start, n))
+    return _shapes_of(snap, np.unique(rows, axis=0)) if len(rows) else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,29 +278,28 @@ def _most(values: Iterable[float]) -> str:
     return f"{v:g}"
 
 
-def infeasibility(need: Need, shapes: Sequence[Shape]) -> tuple[str, str] | None:
-    """Why no shape could ever hold one pod of ``need`` — ``(reason, field)`` naming the job field
-    at fault — or None when at least one could. Filters in a fixed order (GPU type, GPU memory,
-    sharing mode, GPU count, CPU, memory, spot) and names the first requirement nothing meets."""
+def _narrow(need: Need, shapes: Sequence[Shape]) -> tuple[list[Shape], tuple[str, str] | None]:
+    """The shapes that could hold one pod of ``need`` and None, or ``[]`` and why none could
+    (:func:`infeasibility`). Every filter is a test of one shape: a shape fits whatever others exist."""
     if not shapes:
-        return "the cluster has no node and no autoscaling pool", "gpus"
+        return [], ("the cluster has no node and no autoscaling pool", "gpus")
     cands = list(shapes)
     if need.gpu_count:
         cands = [s for s in cands if s.gpu_count > 0 and s.gpu_model]
         if not cands:
-            return "no node or pool has GPUs", "gpus"
+            return [], ("no node or pool has GPUs", "gpus")
         if need.types:
             typed = [s for s in cands if s.gpu_model in need.types]
             if not typed:
                 have = sorted({s.gpu_model for s in cands})
                 want = ", ".join(sorted(t for t in need.types if t)) or "none"
-                return f"no node or pool has GPU type {want} (the cluster has: {', '.join(have)})", "gpu_types"
+                return [], (f"no node or pool has GPU type {want} (the cluster has: {', '.join(have)})", "gpu_types")
             cands = typed
         if need.min_gpu_memory_gib > 0:
             roomy = [s for s in cands if (gpu_model(s.gpu_model).memory_gib or 0) >= need.min_gpu_memory_gib]
             if not roomy:
                 most = _most(gpu_model(s.gpu_model).memory_gib for s in cands)
-                return (
+                return [], (
                     f"no node or pool has GPUs with {need.min_gpu_memory_gib:g} GiB of memory (largest: {most} GiB)",
                     "min_gpu_memory_gib",
                 )
@@ -282,55 +308,234 @@ def infeasibility(need: Need, shapes: Sequence[Shape]) -> tuple[str, str] | None
             prof = need.mig_profile
             mig = [s for s in cands if s.sharing is SharingMode.MIG and gpu_model(s.gpu_model).mig_profile(prof)]
             if not mig:
-                return f"no node or pool offers MIG slices '{prof}' (no MIG-mode node with that profile)", "mig"
+                return [], (f"no node or pool offers MIG slices '{prof}' (no MIG-mode node with that profile)", "mig")
             cands = mig
         elif need.gpu_milli < MILLI:
             shared = [s for s in cands if s.sharing is SharingMode.SHARED]
             if not shared:
-                return "no node or pool shares GPUs, so a fraction of a GPU cannot run", "gpu_milli"
+                return [], ("no node or pool shares GPUs, so a fraction of a GPU cannot run", "gpu_milli")
             cands = shared
         else:
             whole = [s for s in cands if s.sharing is not SharingMode.MIG]
             if not whole:
-                return "every node and pool with such GPUs is in MIG mode (no whole GPUs)", "gpus"
+                return [], ("every node and pool with such GPUs is in MIG mode (no whole GPUs)", "gpus")
             cands = whole
             big = [s for s in cands if s.gpu_count >= need.gpu_count]
             if not big:
-                return f"no node or pool has {need.gpu_count} GPUs (most: {_most(s.gpu_count for s in cands)})", "gpus"
+                most = _most(s.gpu_count for s in cands)
+                return [], (f"no node or pool has {need.gpu_count} GPUs (most: {most})", "gpus")
             cands = big
     if need.cpu_milli:
         cpu = [s for s in cands if s.cpu_milli >= need.cpu_milli]
         if not cpu:
             most = _most(s.cpu_milli for s in cands)
-            return f"no node or pool that fits the GPUs has {need.cpu_milli} milli-CPU (most: {most})", "cpu_milli"
+            return [], (
+                f"no node or pool that fits the GPUs has {need.cpu_milli} milli-CPU (most: {most})",
+                "cpu_milli",
+            )
         cands = cpu
     if need.memory_mib:
         mem = [s for s in cands if s.memory_mib >= need.memory_mib]
         if not mem:
             most = _most(s.memory_mib for s in cands)
-            return f"no node or pool that fits the job has {need.memory_mib} MiB of memory (most: {most})", "memory_mib"
+            return [], (
+                f"no node or pool that fits the job has {need.memory_mib} MiB of memory (most: {most})",
+                "memory_mib",
+            )
         cands = mem
     if need.spot_only:
-        if not any(s.spot for s in cands):
-            return "no spot node or pool could ever fit the job, and it may run on spot capacity only", "preemptible"
-    elif not need.allow_spot and all(s.spot for s in cands):
-        return "only spot nodes or pools could fit the job, and it may not run on spot capacity", "preemptible"
-    return None
+        spot = [s for s in cands if s.spot]
+        if not spot:
+            return [], (
+                "no spot node or pool could ever fit the job, and it may run on spot capacity only",
+                "preemptible",
+            )
+        return spot, None
+    if not need.allow_spot:
+        steady = [s for s in cands if not s.spot]
+        if not steady:
+            return [], (
+                "only spot nodes or pools could fit the job, and it may not run on spot capacity",
+                "preemptible",
+            )
+        return steady, None
+    return cands, None
+
+
+def infeasibility(need: Need, shapes: Sequence[Shape]) -> tuple[str, str] | None:
+    """Why no shape could ever hold one pod of ``need`` — ``(reason, field)`` naming the job field
+    at fault — or None when at least one could. Filters in a fixed order (GPU type, GPU memory,
+    sharing mode, GPU count, CPU, memory, spot) and names the first requirement nothing meets.
+    Resources only: :func:`constrained_infeasibility` adds a job's node constraints and taints."""
+    return _narrow(need, shapes)[1]
+
+
+# -- node constraints ---------------------------------------------------------------------------------
+# The submission fields a constraint problem names (the PodSpec's, under Submission.constraints).
+SELECTOR_FIELD = "constraints.nodeSelector"
+AFFINITY_FIELD = "constraints.affinity"
+TOLERATIONS_FIELD = "constraints.tolerations"
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
+_TAINTS_SHOWN = 5  # a reason lists at most this many of the taints that keep a job off
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A node, or the node an autoscaling pool would make, as a job's node constraints see it: what
+    it holds (``shape``) and where it is (labels, name, taints).
+
+    ``name``: a node's (what a ``matchFields`` requirement reads); "" for a pool, whose nodes are not
+    named before they exist (a job pinned to a node by name never grows a pool). A place for jobs that
+    select no node (:attr:`NodeConstraints.selects` false) may leave out the labels: such places are
+    deduplicated by shape and taints, so a cluster without taints costs one place per shape."""
+
+    shape: Shape
+    labels: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
+    taints: tuple[Taint, ...] = ()
+    name: str = ""
+
+
+def node_place(node: Node) -> Place:
+    return Place(node_shape(node), node.labels, node.taints, node.name)
+
+
+def pool_place(pool: NodePool) -> Place:
+    """The place of a node ``pool`` would make (:meth:`NodePool.make_node`: the pool's labels and
+    taints; its name is not known yet)."""
+    return Place(pool_shape(pool), pool.labels, pool.taints)
+
+
+def places_of(nodes: Iterable[Node], pools: Iterable[NodePool] = (), *, each: bool = True) -> list[Place]:
+    """``nodes`` and ``pools`` as places: every node on its own (``each``: for a job that selects
+    nodes), else one place per distinct shape and taints (labels and names left out)."""
+    if each:
+        out = [node_place(n) for n in nodes]
+    else:
+        out = [Place(shape, taints=taints) for shape, taints in dict.fromkeys((node_shape(n), n.taints) for n in nodes)]
+    return out + [pool_place(p) for p in pools]
+
+
+def _selector_text(selector: Sequence[tuple[str, str]]) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in selector) + "}"
+
+
+def _requirement_text(r: NodeSelectorRequirement) -> str:
+    return f"{r.key} {r.operator}" + (f" [{', '.join(r.values)}]" if r.values else "")
+
+
+def _affinity_text(c: NodeConstraints) -> str:
+    terms = [
+        " and ".join(_requirement_text(r) for r in (*t.match_expressions, *t.match_fields)) or "(an empty term)"
+        for t in c.required_terms
+    ]
+    return "(" + " or ".join(terms) + ")"
+
+
+def constrained_infeasibility(
+    need: Need, places: Sequence[Place], constraints: NodeConstraints = NO_CONSTRAINTS
+) -> tuple[str, str] | None:
+    """:func:`infeasibility` with the job's node constraints: why no place could ever hold one pod of
+    ``need`` — ``(reason, field)`` — or None when some place fits ``need``, matches the job's node
+    selector and required node affinity, and has no NoSchedule/NoExecute taint its tolerations do not
+    tolerate (the rules placement applies, :mod:`gpufleet.model.constraints`). In order, so the first
+    thing to change is named: the resources over every place (:func:`infeasibility`'s reasons and
+    fields, constraints or not); the node selector (:data:`SELECTOR_FIELD`), then the required node
+    affinity (:data:`AFFINITY_FIELD`), when no place matches it; the resources among the places that
+    match; the taints of the places that fit and match (:data:`TOLERATIONS_FIELD`: a job without
+    tolerations tolerates no taint)."""
+    fit, why = _narrow(need, list(dict.fromkeys(p.shape for p in places)))
+    if why is not None:
+        return why
+    fits = set(fit)
+    cands = list(places)
+    what = ""  # how reasons name the places the job's selector and affinity leave
+    fld = TOLERATIONS_FIELD
+    if constraints.node_selector:
+        selector = NodeConstraints(node_selector=constraints.node_selector)
+        cands = [p for p in cands if matches(selector, p.labels, p.name)]
+        shown = _selector_text(constraints.node_selector)
+        if not cands:
+            return f"no node or pool matches the job's node selector {shown}", SELECTOR_FIELD
+        what, fld = f"matches the job's node selector {shown}", SELECTOR_FIELD
+    if constraints.required_terms:
+        affinity = NodeConstraints(required_terms=constraints.required_terms)
+        cands = [p for p in cands if matches(affinity, p.labels, p.name)]
+        shown = _affinity_text(constraints)
+        if not cands:
+            which = f"no node or pool that {what}" if what else "no node or pool"
+            return f"{which} meets the job's required node affinity {shown}", AFFINITY_FIELD
+        what = (
+            f"{what} and meets its required node affinity {shown}"
+            if what
+            else f"meets the job's required node affinity {shown}"
+        )
+        fld = AFFINITY_FIELD
+    fitting = [p for p in cands if p.shape in fits]
+    if not fitting:
+        inner = _narrow(need, list(dict.fromkeys(p.shape for p in cands)))[1]
+        detail = f" ({inner[0]})" if inner is not None else ""
+        return f"no node or pool that {what} could ever hold the job{detail}", fld
+    kept: set[str] = set()
+    for p in fitting:
+        taint = untolerated(constraints.tolerations, p.taints)
+        if taint is None:
+            return None
+        kept.add(str(taint))
+    shown_taints = sorted(kept)
+    more = len(shown_taints) - _TAINTS_SHOWN
+    listed = ", ".join(shown_taints[:_TAINTS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    where = f"every node and pool that fits the job and {what}" if what else "every node and pool that fits the job"
+    return f"{where} has a taint it does not tolerate ({listed})", TOLERATIONS_FIELD
+
+
+def fit_problem(
+    need: Need, constraints: NodeConstraints, nodes: Sequence[Node], pools: Sequence[NodePool] = ()
+) -> tuple[str, str] | None:
+    """Why no node of ``nodes`` and no empty node of ``pools`` could ever hold one pod of ``need``
+    with ``constraints`` — ``(reason, field)`` — or None. Shapes only while neither the job nor any
+    node or pool says where it may run (the common case: no place is built)."""
+    if constraints or any(n.taints for n in nodes) or any(p.taints for p in pools):
+        return constrained_infeasibility(need, places_of(nodes, pools, each=constraints.selects), constraints)
+    return infeasibility(need, [*(node_shape(n) for n in nodes), *(pool_shape(p) for p in pools)])
 
 
 def submission_status(spec: JobSpec, nodes: Sequence[Node], pools: Sequence[NodePool] = ()) -> Status:
-    """Could a job of ``spec`` ever run on one of ``nodes`` or an empty node of one of ``pools``?
-    ``SUCCESS``, or ``UNRESOLVABLE`` with what is missing. The API's submit path and the
-    simulator's submit event call this; the cycle's ``feasibility`` check applies the same rules."""
-    why = infeasibility(Need.of_spec(spec), [*(node_shape(n) for n in nodes), *(pool_shape(p) for p in pools)])
+    """Could a job of ``spec`` ever run on one of ``nodes`` or an empty node of one of ``pools``
+    (its resources, node constraints and the taints it tolerates)? ``SUCCESS``, or ``UNRESOLVABLE``
+    with what is missing. The API's submit path and the simulator's submit event apply the same
+    rules (:func:`fit_problem`); so does the cycle's ``feasibility`` check."""
+    why = fit_problem(Need.of_spec(spec), spec.constraints, nodes, pools)
     return SUCCESS if why is None else Status(Code.UNRESOLVABLE, why[0])
+
+
+def snapshot_places(snap: ClusterSnapshot, *, each: bool) -> list[Place]:
+    """The snapshot's nodes as places (:func:`places_of`'s rules; every node it holds, schedulable
+    or not yet): each node on its own with its labels, name and taints, or the distinct shapes of
+    the untainted nodes plus one place per distinct shape and taints of the tainted ones."""
+    n = snap.n
+    if each:
+        shapes = _shapes_of(snap, _shape_rows(snap, slice(0, n))) if n else []
+        return [Place(shapes[i], snap.node_labels[i], snap.node_taints[i], snap.names[i]) for i in range(n)]
+    tainted = snap.tainted
+    out = [Place(s) for s in snapshot_shapes(snap, without=tainted)]
+    if tainted:
+        rows = np.array(tainted, dtype=np.int64)
+        shapes = _shapes_of(snap, _shape_rows(snap, rows))
+        kinds = dict.fromkeys((s, snap.node_taints[i]) for i, s in zip(tainted, shapes, strict=True))
+        out += [Place(shape, taints=taints) for shape, taints in kinds]
+    return out
 
 
 # -- built-in checks -------------------------------------------------------------------------------------
 @ADMISSION_CHECKS.register("feasibility")
 class FeasibilityCheck:
     """Rejects jobs no node or pool of the cluster could ever hold (verdicts cached per pod shape
-    while the node set and the pools stay the same)."""
+    while the node set and the pools stay the same).
+
+    A job without constraints on a cluster without taints (the common case) is judged by the
+    distinct shapes alone; a job with constraints, or any job once a node or pool is tainted, by
+    places (:func:`constrained_infeasibility`), its verdict cached per pod shape and constraints
+    until the snapshot's version or the pools change."""
 
     name = "feasibility"
 
@@ -342,6 +547,11 @@ class FeasibilityCheck:
         self._shapes: list[Shape] = []
         self._cache: dict[tuple[object, ...], Verdict] = {}
         self._stale = True
+        self._tainted = False  # some node or pool has a taint: every job is judged by places
+        self._placed_at: tuple[int, int, tuple[int, ...]] | None = None  # (snapshot, its version, pools)
+        self._places: dict[bool, list[Place]] = {}  # by "each node on its own" (a job that selects)
+        self._placed: dict[tuple[object, ...], Verdict] = {}
+        self._pool_states: Sequence[PoolState] = ()
 
     def start(self, ctx: AdmissionContext) -> None:
         self._stale = True  # look at new nodes and pools on the first admit of the cycle
@@ -362,6 +572,20 @@ class FeasibilityCheck:
         if changed:
             self._shapes = [*sorted(self._node_shapes, key=repr), *(pool_shape(ps.pool) for ps in pools)]
             self._cache = {}
+        self._tainted = bool(snap.tainted) or any(ps.pool.taints for ps in pools)
+        placed_at = (id(snap), snap.version, pool_ids)
+        if placed_at != self._placed_at:  # labels and taints may have changed: places are built again
+            self._placed_at, self._places, self._placed = placed_at, {}, {}
+        self._pool_states = pools
+
+    def _place_list(self, snap: ClusterSnapshot, each: bool) -> list[Place]:
+        hit = self._places.get(each)
+        if hit is None:
+            hit = self._places[each] = [
+                *snapshot_places(snap, each=each),
+                *(pool_place(ps.pool) for ps in self._pool_states),
+            ]
+        return hit
 
     def admit(self, job: Job, pod: PodRequest, ctx: AdmissionContext) -> Verdict:
         # by the spec's names (a pool may bring a GPU type the snapshot has no index for yet); the
@@ -371,42 +595,123 @@ class FeasibilityCheck:
             self._refresh(ctx.state.snapshot, ctx.state.pools)
         key: tuple[object, ...] = (spec.gpu_types, pod.gpu, pod.cpu_milli, pod.memory_mib, pod.min_gpu_memory_gib)
         key += (pod.allow_spot, pod.spot_only)
-        hit = self._cache.get(key)
+        constraints = pod.constraints
+        if constraints is None and not self._tainted:
+            hit = self._cache.get(key)
+            if hit is None:
+                need = dataclasses.replace(Need.of_spec(spec), allow_spot=pod.allow_spot, spot_only=pod.spot_only)
+                why = infeasibility(need, self._shapes)
+                hit = self._cache[key] = ADMIT if why is None else reject(why[0], WaitKind.CAPACITY)
+            return hit
+        key += (constraints,)
+        hit = self._placed.get(key)
         if hit is None:
             need = dataclasses.replace(Need.of_spec(spec), allow_spot=pod.allow_spot, spot_only=pod.spot_only)
-            why = infeasibility(need, self._shapes)
-            hit = self._cache[key] = ADMIT if why is None else reject(why[0], WaitKind.CAPACITY)
+            c = constraints or NO_CONSTRAINTS
+            why = constrained_infeasibility(need, self._place_list(ctx.state.snapshot, c.selects), c)
+            hit = self._placed[key] = ADMIT if why is None else reject(why[0], WaitKind.CAPACITY)
         return hit
+
+
+def _above_nominal(job: Job, pod: PodRequest, gpu_types: Sequence[str], quotas: QuotaPolicy) -> str | None:
+    """Why a job that is not preemptible can never be admitted by its team's quota: it asks more
+    than the team's nominal quota of every GPU type it may use, and only a preemptible job may go
+    beyond it (borrow); else None."""
+    q = quotas.quotas.get(job.team)
+    usable = [t for i, t in enumerate(gpu_types) if i < len(pod.type_ok) and pod.type_ok[i]]
+    demand = job.spec.total_gpu_milli
+    if q is None or not usable or any(demand <= (q.nominal_for(t) or 0) for t in usable):
+        return None
+    most = max(q.nominal_for(t) or 0 for t in usable)
+    asks = f"quota: asks {milli_gpus(demand):g} GPUs, more than team {job.team}'s nominal quota ({milli_gpus(most):g})"
+    if q.cohort:
+        return (
+            f"{asks}, and a job that is not preemptible may not borrow from cohort '{q.cohort}' (mark it preemptible)"
+        )
+    return asks
 
 
 @ADMISSION_CHECKS.register("quota")
 class QuotaCheck:
-    """Quota admission (Kueue semantics) as the cycle always did it: the GPU types the team may use
-    now; none left → reclaim quota lent to the cohort (preempting borrowers) and wait."""
+    """Quota admission (Kueue semantics): the GPU types the team may use now — a job that is not
+    preemptible only within its team's nominal quota, a preemptible one not into room of the cohort
+    kept for another member's pending nominal work (:class:`~gpufleet.scheduling.quota.NominalReservations`);
+    none left → reclaim quota lent to the cohort (preempting borrowers), else preempt the team's own
+    lower-priority preemptible jobs, and wait."""
 
     name = "quota"
 
     def __init__(self, ctx: PolicyContext | None = None) -> None:
-        pass
+        self._kept: NominalReservations | None = None  # made on the cycle's first borrowing
+        self._placed: set[str] = set()  # jobs placed in this cycle (seen so far)
 
     def start(self, ctx: AdmissionContext) -> None:
-        pass
+        self._kept = None
+        self._placed = set()
 
     def admit(self, job: Job, pod: PodRequest, ctx: AdmissionContext) -> Verdict:
         sched = ctx.scheduler
         if not sched.quotas or not job.spec.gpu.count:
             return ADMIT
         snap = ctx.state.snapshot
-        verdict = sched.quotas.admit(job.team, job.spec.total_gpu_milli, snap.gpu_types, sched.usage)
+        preemptible = job.spec.preemptible
+        verdict = sched.quotas.admit(
+            job.team, job.spec.total_gpu_milli, snap.gpu_types, sched.usage, may_borrow=preemptible
+        )
         type_ok = pod.type_ok & verdict.type_ok[: len(pod.type_ok)]
+        reason = verdict.reason
+        borrowing = type_ok & ~verdict.within_nominal[: len(type_ok)]
+        if borrowing.any() and sched.config.preemption:
+            type_ok, why = self._not_into_kept(job, type_ok, borrowing, ctx)
+            reason = why or reason
+        if not type_ok.any() and not preemptible:
+            never = _above_nominal(job, pod, snap.gpu_types, sched.quotas)
+            if never is not None:
+                return Verdict(Status(Code.UNRESOLVABLE, never, WaitKind.QUOTA), within_nominal=verdict.within_nominal)
         if not type_ok.any():
-            status = sched.try_reclaim(
-                snap, job, pod, verdict.within_nominal, ctx.state.running, ctx.gone, ctx.out, ctx.now
-            )
-            why = "reclaiming quota lent to the cohort" if status.ok else verdict.reason
-            return Verdict(Status(Code.UNSCHEDULABLE, why, WaitKind.QUOTA), within_nominal=verdict.within_nominal)
+            args = (snap, job, pod)
+            status = sched.try_reclaim(*args, verdict.within_nominal, ctx.state.running, ctx.gone, ctx.out, ctx.now)
+            kind = WaitKind.QUOTA
+            if status.ok:
+                reason = "reclaiming quota lent to the cohort"
+            elif isinstance(status, Deferred):
+                reason = status.reason
+            else:
+                own = sched.try_within_team(*args, ctx.state.running, ctx.gone, ctx.out, ctx.now)
+                if own.ok or isinstance(own, Deferred):
+                    reason, kind = (WITHIN_TEAM_WAIT if own.ok else own.reason), WaitKind.PREEMPTION
+            return Verdict(Status(Code.UNSCHEDULABLE, reason, kind), within_nominal=verdict.within_nominal)
         narrowed = None if np.array_equal(type_ok, pod.type_ok) else dataclasses.replace(pod, type_ok=type_ok)
         return Verdict(SUCCESS, narrowed, verdict.within_nominal)
+
+    def _not_into_kept(
+        self, job: Job, type_ok: np.ndarray, borrowing: np.ndarray, ctx: AdmissionContext
+    ) -> tuple[np.ndarray, str]:
+        """``type_ok`` less the types the job would borrow into room its cohort keeps for other
+        members' pending nominal work, and why when none is left."""
+        sched = ctx.scheduler
+        snap = ctx.state.snapshot
+        if self._kept is None:
+            self._kept = NominalReservations(sched.quotas, sched.usage, snap.gpu_types, ctx.state.pending)
+        placements = ctx.out.placements
+        if len(self._placed) < len(placements):
+            self._placed.update(p.job.id for p in placements)
+        type_ok = type_ok.copy()
+        whys = []
+        demand = job.spec.total_gpu_milli
+        for i in np.flatnonzero(borrowing):
+            t = snap.gpu_types[i]
+            kept, members = self._kept.kept(job.team, t, self._placed)
+            if kept and sched.quotas.cohort_unused(job.team, t, sched.usage) - kept < demand:
+                type_ok[i] = False
+                whys.append(f"{t}: {milli_gpus(kept):g} GPUs kept for pending jobs of {', '.join(members)}")
+        why = ""
+        if whys and not type_ok.any():
+            why = (
+                "quota: may not borrow what the cohort keeps for other teams' pending jobs within their "
+                f"nominal quota (they would reclaim it at once): {'; '.join(whys)}"
+            )
+        return type_ok, why
 
 
 @ADMISSION_CHECKS.register("budget")

@@ -3,7 +3,8 @@
 Scale up when a job blocked for lack of capacity has waited longer than ``wait_threshold_s``
 (default 5 min) or the queue is longer than ``queue_threshold`` (default 10): for blocked jobs in
 queue order, first count the capacity of nodes already provisioning, then open new nodes from the
-cheapest pool that fits (price per GPU-hour; spot pools only for preemptible jobs), within
+cheapest pool that fits (price per GPU-hour; spot pools only for preemptible jobs; only pools whose
+nodes the job's node selector and required affinity match and whose taints it tolerates), within
 ``max_nodes``. Scale down nodes idle (nothing allocated) longer than ``idle_ttl_s`` (default 10 min),
 never below a pool's ``min_nodes``. Decisions only: the world provisions and drains.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.model.constraints import matches, tolerates_all
 from gpufleet.model.gpu import MILLI, canonical_gpu_name, gpu_model
 from gpufleet.model.job import Job
 from gpufleet.model.node import CapacityType, NodePool, SharingMode
@@ -99,11 +101,18 @@ class _Planned:
 
 
 def pool_fits(ps: PoolState, pod: PodRequest, snap: ClusterSnapshot) -> bool:
-    """Could ``pod`` run on an empty node of this pool?"""
+    """Could ``pod`` run on an empty node of this pool? Its job's constraints are judged against the
+    node the pool would make (:meth:`NodePool.make_node`: the pool's labels and taints; no name yet,
+    so a job pinned to a node by name grows no pool), as placement will judge that node."""
     p = ps.pool
     if p.capacity_type is CapacityType.SPOT and not pod.allow_spot:
         return False
     if pod.spot_only and p.capacity_type is not CapacityType.SPOT:
+        return False
+    c = pod.constraints
+    if c is not None and c.selects and not matches(c, p.labels, ""):
+        return False
+    if p.taints and not tolerates_all(c.tolerations if c is not None else (), p.taints):
         return False
     if pod.cpu_milli > p.cpu_milli or pod.memory_mib > p.memory_mib:
         return False

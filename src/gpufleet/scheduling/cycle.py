@@ -8,7 +8,9 @@ Phases (numbered as in DESIGN.md):
    only) —, hold it this cycle (UNSCHEDULABLE) or reject it as never runnable (UNRESOLVABLE);
 3. filter, score and reserve in the snapshot (gangs all or nothing, on one kind of node:
    ``scheduling/gang.py``);
-4. when a job does not fit: try preemption (PostFilter, planned in ``scheduling/preemption.py``); if
+4. when a job does not fit: try preemption (PostFilter, planned in ``scheduling/preemption.py``;
+   when only runs younger than their minimum runtime would do, the job waits for them and
+   :attr:`Decisions.retry_at` says when to look again); if
    it still waits and is the first such job, make its EASY-backfill reservation
    (``scheduling/backfill.py``): later jobs may only use the reserved nodes if they end (by their
    runtime estimate) before the reservation's shadow time; collect it for the autoscaler;
@@ -67,7 +69,16 @@ from gpufleet.scheduling.framework import (
 )
 from gpufleet.scheduling.gang import place_gang
 from gpufleet.scheduling.placement.base import uncommit
-from gpufleet.scheduling.preemption import PreemptionGraph, RunningJob, choose_preemption, choose_reclaim
+from gpufleet.scheduling.preemption import (
+    Deferred,
+    PreemptionGraph,
+    RunningJob,
+    choose_preemption,
+    choose_reclaim,
+    choose_within_team,
+    reclaim_reason,
+    within_team_reason,
+)
 from gpufleet.scheduling.quota import QuotaPolicy
 from gpufleet.scheduling.snapshot import Assignment, ClusterSnapshot, PodRequest
 from gpufleet.scheduling.usage import UsageTracker
@@ -89,6 +100,10 @@ class CycleConfig:
     max_spot_restarts: int = 3  # after this many spot interruptions a job runs on-demand only
     autoscaler: AutoscalerConfig = field(default_factory=AutoscalerConfig)
     admission: tuple[str, ...] = DEFAULT_CHECKS  # admission checks (by registered name), in order
+    # a run younger than this is not a victim of priority preemption / of a quota reclaim (KAI's
+    # preemptMinRuntime / reclaimMinRuntime): a job is not stopped before it has done some work
+    preempt_min_runtime_s: float = 0.0
+    reclaim_min_runtime_s: float = 120.0
 
 
 def key_failed(base_key: tuple[object, ...], failed: set[tuple[object, ...]]) -> bool:
@@ -187,7 +202,9 @@ class Scheduler:
         n = snap.n
         live = snap.schedulable[:n]
         running = state.running
-        gone: set[str] = set()  # victims chosen in this cycle
+        # victims chosen in this cycle, and those chosen before that are still stopping: neither is
+        # a candidate again (one stop frees room once)
+        gone: set[str] = set().union(*self.nominated.values())
         actx = AdmissionContext(self, state, now, out, gone)
         for check in self.admission:
             check.start(actx)
@@ -338,6 +355,9 @@ class Scheduler:
                 status = self._try_preempt(snap, job, pod, running, gone, out, now, within)
                 if status.ok:
                     wd[job.id] = Status(Code.UNSCHEDULABLE, "preempting to make room", WaitKind.PREEMPTION)
+                    continue
+                if isinstance(status, Deferred):  # its victims are not old enough yet: wait for them
+                    wd[job.id] = Status(status.code, status.reason, status.kind)
                     continue
             wd[job.id] = NO_ROOM
             if len(blocked_for_capacity) < MAX_BLOCKED_FOR_AUTOSCALER:
@@ -564,8 +584,11 @@ class Scheduler:
             usage=self.usage,
             graph=self.graph,
             preemptible=self._preemptible,
+            preempt_min_runtime_s=self.config.preempt_min_runtime_s,
+            reclaim_min_runtime_s=self.config.reclaim_min_runtime_s,
         )
         if isinstance(plan, Status):
+            self._deferred(plan, out)
             return plan
         self._nominate(job, zip(plan.victims, plan.reasons, strict=True), gone, out)
         return SUCCESS
@@ -588,13 +611,65 @@ class Scheduler:
         if not self.config.preemption or job.spec.gang_size != 1:
             return Status(Code.UNSCHEDULABLE, "quota")
         chosen = choose_reclaim(
-            snap, job, pod, within_nominal, running, gone, now, quotas=self.quotas, usage=self.usage, graph=self.graph
+            snap,
+            job,
+            pod,
+            within_nominal,
+            running,
+            gone,
+            now,
+            quotas=self.quotas,
+            usage=self.usage,
+            graph=self.graph,
+            min_runtime_s=self.config.reclaim_min_runtime_s,
         )
         if isinstance(chosen, Status):
+            self._deferred(chosen, out)
             return chosen
-        reason = f"quota reclaimed by team {job.team} (job {job.id})"
+        reason = reclaim_reason(job)
         self._nominate(job, ((rj, reason) for rj in chosen), gone, out)
         return SUCCESS
+
+    def try_within_team(
+        self,
+        snap: ClusterSnapshot,
+        job: Job,
+        pod: PodRequest,
+        running: Mapping[str, RunningJob],
+        gone: set[str],
+        out: Decisions,
+        now: float,
+    ) -> Status:
+        """The job is held by its own team's quota: preempt the team's lower-priority preemptible
+        jobs that hold it (Kueue's ``withinClusterQueue: LowerPriority``,
+        :func:`~gpufleet.scheduling.preemption.choose_within_team`). Called by the quota admission
+        check; single-pod jobs only, and only while preemption is enabled."""
+        if not self.config.preemption or job.spec.gang_size != 1:
+            return Status(Code.UNSCHEDULABLE, "quota")
+        chosen = choose_within_team(
+            snap,
+            job,
+            pod,
+            running,
+            gone,
+            now,
+            quotas=self.quotas,
+            usage=self.usage,
+            graph=self.graph,
+            min_runtime_s=self.config.preempt_min_runtime_s,
+        )
+        if isinstance(chosen, Status):
+            self._deferred(chosen, out)
+            return chosen
+        reason = within_team_reason(job)
+        self._nominate(job, ((rj, reason) for rj in chosen), gone, out)
+        return SUCCESS
+
+    @staticmethod
+    def _deferred(status: Status, out: Decisions) -> None:
+        """A preemption waits for runs to reach their minimum runtime: the cycle must run again then."""
+        if isinstance(status, Deferred):
+            out.retry_at = min(out.retry_at, status.until)
 
     def _nominate(self, job: Job, victims: Iterable[tuple[RunningJob, str]], gone: set[str], out: Decisions) -> None:
         """Record ``job``'s victims (with why each is preempted): edges of the preemption graph,

@@ -7,6 +7,7 @@ snapshot, preemptions, scale-ups and -downs, why each job still waits, the order
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
@@ -89,6 +90,9 @@ class Decisions:
     scale_down: list[ScaleDown] = field(default_factory=list)
     waiting: Waiting = field(default_factory=Waiting)  # job id → why it still waits
     reservation: tuple[str, float] | None = None  # (job id, shadow time) of the EASY reservation
+    # when a waiting job's preemption may go ahead by time alone (its victims reach their minimum
+    # runtime): the world runs a cycle then even if nothing else changed (inf: no such wait)
+    retry_at: float = math.inf
     _order: list[Job] = field(default_factory=list)
     _order_rest: Iterator[Job] | None = None  # the order past where the cycle stopped, produced when read
 

@@ -50,7 +50,13 @@ from dataclasses import dataclass
 
 from gpufleet.model.job import Job
 from gpufleet.scheduling.framework import Code, Status
-from gpufleet.scheduling.preemption import RunningJob
+from gpufleet.scheduling.preemption import (
+    PREEMPT_MIN_RUNTIME_WAIT,
+    RECLAIM_MIN_RUNTIME_WAIT,
+    WITHIN_TEAM_MIN_RUNTIME_WAIT,
+    WITHIN_TEAM_WAIT,
+    RunningJob,
+)
 
 OVERDUE_S = 60.0  # a running job past its expected end is assumed to end this long from now
 CAPACITY = "capacity"  # what ``blocked`` says when the cluster itself cannot hold the job
@@ -62,6 +68,10 @@ ROOM_WAITS = frozenset(
         "preempting to make room",
         "waiting for preempted jobs to stop",
         "reclaiming quota lent to the cohort",
+        WITHIN_TEAM_WAIT,
+        PREEMPT_MIN_RUNTIME_WAIT,  # the same, once the victims have run their minimum runtime
+        RECLAIM_MIN_RUNTIME_WAIT,
+        WITHIN_TEAM_MIN_RUNTIME_WAIT,
     }
 )
 

@@ -1,16 +1,24 @@
 """Preemption (PostFilter): free room for a job that does not fit by stopping others.
 
-Victims are only (a) running jobs of strictly lower *base* priority that are preemptible (across
-teams, see :func:`outranks`), or (b) jobs of a cohort member that is borrowing the GPU type when the
-preemptor would stay within its own nominal quota (reclaim, Kueue semantics). Among the nodes where
-the job would then fit we pick the fewest victims, then the least work lost since their last
-checkpoint. A preemption that would close a cycle in the preemption graph (the victim, directly or
-not, preempted the preemptor before) is refused, so there is never a preemption cycle.
+A job that is not preemptible is never a victim, whatever the reason. Victims are only preemptible
+jobs that are (a) of strictly lower *base* priority (across teams, see :func:`outranks`), or (b) of
+a cohort member that is borrowing the GPU type when the preemptor would stay within its own nominal
+quota (reclaim, Kueue's ``reclaimWithinCohort``). A run younger than the minimum runtime of its kind
+(``preempt_min_runtime_s``, ``reclaim_min_runtime_s``: KAI-scheduler's preemptMinRuntime and
+reclaimMinRuntime) is not a victim yet: the preemptor waits (:class:`Deferred`) rather than take
+work that has barely started. Among the nodes where the job would then fit we pick the fewest
+victims, then the least work lost since their last checkpoint. A preemption that would close a
+cycle in the preemption graph (the victim, directly or not, preempted the preemptor before) is
+refused, so there is never a preemption cycle.
 
-The cycle preempts in two ways, both planned here: :func:`choose_preemption` for a job that does not
-fit (phase 4), :func:`choose_reclaim` for a job held by its quota while its cohort lent the quota
-out (the quota admission check). Planning changes nothing: the scheduler records the victims it is
-given (preemption graph, nominations, decisions).
+The cycle preempts in three ways, all planned here: :func:`choose_preemption` for a job that does
+not fit (phase 4); :func:`choose_reclaim` for a job held by its quota while its cohort lent the
+quota out, and :func:`choose_within_team` for a job held by its own team's quota while the team's
+lower-priority preemptible jobs hold it (Kueue's ``withinClusterQueue: LowerPriority``), both from
+the quota admission check. The last two take only what the job needs: the lowest priority first,
+then the least progress at risk, then the youngest, pruned of victims that turn out not to be
+needed. Planning changes nothing: the scheduler records the victims it is given (preemption graph,
+nominations, decisions).
 
 Works on the snapshot by what-if: removals are undone before returning.
 """
@@ -28,7 +36,7 @@ import numpy as np
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.job import Job
 from gpufleet.model.node import SharingMode
-from gpufleet.scheduling.framework import Code, Status
+from gpufleet.scheduling.framework import Code, Status, WaitKind
 from gpufleet.scheduling.quota import QuotaPolicy
 from gpufleet.scheduling.snapshot import SHARING_CODE, Assignment, ClusterSnapshot, PodRequest
 from gpufleet.scheduling.usage import UsageTracker
@@ -56,6 +64,76 @@ class PreemptionPlan:
     victims: tuple[RunningJob, ...]
     lost_work_s: float
     reasons: tuple[str, ...]
+
+
+# Why a job waits when the victims it needs have not run their minimum runtime yet (fixed texts: the
+# queue estimate reads them as waits for room, ``scheduling/estimate.py``)
+PREEMPT_MIN_RUNTIME_WAIT = "preempting to make room once lower-priority jobs have run their minimum runtime"
+RECLAIM_MIN_RUNTIME_WAIT = "reclaiming quota lent to the cohort once its borrowed jobs have run their minimum runtime"
+WITHIN_TEAM_WAIT = "preempting lower-priority jobs of its team to stay within its quota"
+WITHIN_TEAM_MIN_RUNTIME_WAIT = "preempting its team's lower-priority jobs once they have run their minimum runtime"
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred(Status):
+    """No victim may be taken yet, but enough will be once their runs reach the minimum runtime,
+    at ``until`` (the cycle runs again then, :attr:`~gpufleet.scheduling.decisions.Decisions.retry_at`)."""
+
+    until: float = math.inf
+
+
+def young(rj: RunningJob, now: float, min_runtime_s: float) -> bool:
+    """Has ``rj``'s current run not yet run ``min_runtime_s``? A run whose start was not seen yet
+    counts as just started. (``start + min > now`` rather than ``now - start < min``: the time it
+    comes of age is then always after ``now``.)"""
+    if min_runtime_s <= 0:
+        return False
+    start = rj.job.start_time
+    return start is None or start + min_runtime_s > now
+
+
+def _of_age(rj: RunningJob, now: float, min_runtime_s: float) -> float:
+    start = rj.job.start_time
+    return (now if start is None else start) + min_runtime_s
+
+
+def reclaim_order(now: float) -> Callable[[RunningJob], tuple[float, float, float, str]]:
+    """The order in which reclaim and within-team preemption take victims: the lowest priority,
+    then the least progress at risk (the work since the last checkpoint, what a stop throws away),
+    then the youngest run."""
+
+    def key(rj: RunningJob) -> tuple[float, float, float, str]:
+        start = rj.job.start_time
+        return (rj.job.priority, rj.job.work_at_risk(now), -(now if start is None else start), rj.job.id)
+
+    return key
+
+
+def take_needed(cands: Iterable[RunningJob], need: int, room: Callable[[RunningJob], int]) -> list[RunningJob] | None:
+    """Victims taken in ``cands`` order until they free ``need`` (each frees ``room(victim)``, 0: it
+    may not be taken any more), then pruned of those not needed (latest first but the last one, as
+    :func:`_greedy_set`); None when all of them are not enough."""
+    taken: list[tuple[RunningJob, int]] = []
+    freed = 0
+    for rj in cands:
+        if freed >= need:
+            break
+        got = room(rj)
+        if got <= 0:
+            continue
+        taken.append((rj, got))
+        freed += got
+    if freed < need:
+        return None
+    for k in range(len(taken) - 2, -1, -1):
+        if freed - taken[k][1] >= need:
+            freed -= taken[k][1]
+            del taken[k]
+    return [rj for rj, _ in taken]
+
+
+def held_milli(rj: RunningJob) -> int:
+    return sum(a.milli * len(a.gpus) for a in rj.assignments)
 
 
 @dataclass(slots=True)
@@ -248,18 +326,39 @@ def takes_guaranteed(job: Job, victims: Iterable[RunningJob], quotas: QuotaPolic
     return False
 
 
+def priority_reason(job: Job) -> str:
+    """Why a victim of ``job``'s priority is stopped (the world's stop reason)."""
+    return f"preempted by higher-priority job {job.id} ({job.spec.priority_class})"
+
+
+def reclaim_reason(job: Job) -> str:
+    """Why a borrower is stopped for ``job``'s reclaim (``quota`` first: the requeue metrics count
+    stops whose reason starts so as quota reclaims)."""
+    return f"quota reclaimed by team {job.team} (job {job.id})"
+
+
+def within_team_reason(job: Job) -> str:
+    """Why a job of ``job``'s own team is stopped for it (a priority preemption)."""
+    return f"preempted by higher-priority job {job.id} ({job.spec.priority_class}) of its team, within its quota"
+
+
 def victim_filter(
     job: Job,
     snap: ClusterSnapshot,
     within_nominal: np.ndarray | None,
     quotas: QuotaPolicy,
     usage: UsageTracker,
+    *,
+    now: float = 0.0,
+    preempt_min_runtime_s: float = 0.0,
+    reclaim_min_runtime_s: float = 0.0,
 ) -> VictimFilter:
-    """Who ``job`` may preempt: lower base priority and preemptible (across teams, see
-    :func:`outranks`); or, when it would stay within its nominal quota of a GPU type, jobs of
-    cohort members borrowing that type."""
-    by_priority = f"preempted by higher-priority job {job.id} ({job.spec.priority_class})"
-    by_reclaim = f"quota reclaimed by team {job.team} (job {job.id})"
+    """Who ``job`` may preempt: preemptible jobs only, of lower base priority (across teams, see
+    :func:`outranks`) that have run ``preempt_min_runtime_s``; or, when it would stay within its
+    nominal quota of a GPU type, of cohort members borrowing that type that have run
+    ``reclaim_min_runtime_s``."""
+    by_priority = priority_reason(job)
+    by_reclaim = reclaim_reason(job)
     borrowers: dict[str, set[str]] = {}  # GPU type → cohort members borrowing it
     q = quotas.quotas.get(job.team)
     if within_nominal is not None and q is not None and q.cohort is not None:
@@ -271,10 +370,16 @@ def victim_filter(
 
     def may(rj: RunningJob) -> str | None:
         v = rj.job
-        if v.priority < priority and v.spec.preemptible and outranks(job, v, rj.gpu_type, quotas, usage):
+        if not v.spec.preemptible:
+            return None  # never stopped by the scheduler, whatever the reason
+        if (
+            v.priority < priority
+            and not young(rj, now, preempt_min_runtime_s)
+            and outranks(job, v, rj.gpu_type, quotas, usage)
+        ):
             return by_priority
         teams = borrowers.get(rj.gpu_type)
-        if teams and v.team in teams:
+        if teams and v.team in teams and not young(rj, now, reclaim_min_runtime_s):
             return by_reclaim
         return None
 
@@ -294,22 +399,51 @@ def choose_preemption(
     usage: UsageTracker,
     graph: PreemptionGraph,
     preemptible: Mapping[int, int],
+    preempt_min_runtime_s: float = 0.0,
+    reclaim_min_runtime_s: float = 0.0,
 ) -> PreemptionPlan | Status:
     """The victims that would make room for (single-pod) ``job`` (:func:`plan_preemption` with
-    :func:`victim_filter`), or why there are none (UNSCHEDULABLE). ``gone``: victims already chosen
-    in this cycle (not candidates again); ``preemptible``: base priority → preemptible jobs holding
+    :func:`victim_filter`), or why there are none (UNSCHEDULABLE; :class:`Deferred` when runs
+    younger than their minimum runtime would do once they come of age). ``gone``: victims already
+    chosen (not candidates again); ``preemptible``: base priority → preemptible jobs holding
     resources (none below the job's priority and no reclaim possible: no search)."""
     may_reclaim = within_nominal is not None and bool(within_nominal.any()) and bool(quotas.cohorts)
     if not may_reclaim and not any(n > 0 and p < job.priority for p, n in preemptible.items()):
         return Status(Code.UNSCHEDULABLE, "no lower-priority preemptible job runs")  # fast path
-    candidates = (rj for rj in running.values() if rj.job.id not in gone)
-    plan = plan_preemption(
-        snap, job, pod, candidates, victim_filter(job, snap, within_nominal, quotas, usage), graph, now
-    )
-    if plan is None:
-        return Status(Code.UNSCHEDULABLE, "no preemption frees enough room")
-    if takes_guaranteed(job, plan.victims, quotas, usage):
-        return Status(Code.UNSCHEDULABLE, "preemption would take another team's guaranteed quota")
+    cands = [rj for rj in running.values() if rj.job.id not in gone]
+
+    def plan_with(preempt_min: float, reclaim_min: float) -> PreemptionPlan | Status:
+        may = victim_filter(
+            job,
+            snap,
+            within_nominal,
+            quotas,
+            usage,
+            now=now,
+            preempt_min_runtime_s=preempt_min,
+            reclaim_min_runtime_s=reclaim_min,
+        )
+        plan = plan_preemption(snap, job, pod, cands, may, graph, now)
+        if plan is None:
+            return Status(Code.UNSCHEDULABLE, "no preemption frees enough room")
+        if takes_guaranteed(job, plan.victims, quotas, usage):
+            return Status(Code.UNSCHEDULABLE, "preemption would take another team's guaranteed quota")
+        return plan
+
+    plan = plan_with(preempt_min_runtime_s, reclaim_min_runtime_s)
+    if not isinstance(plan, Status):
+        return plan
+    youngest = max(preempt_min_runtime_s, reclaim_min_runtime_s if may_reclaim else 0.0)
+    if youngest > 0 and any(rj.job.spec.preemptible and young(rj, now, youngest) for rj in cands):
+        later = plan_with(0.0, 0.0)  # would runs that are still too young do?
+        if not isinstance(later, Status):
+            by_reclaim = reclaim_reason(job)
+            until = max(
+                _of_age(rj, now, reclaim_min_runtime_s if why == by_reclaim else preempt_min_runtime_s)
+                for rj, why in zip(later.victims, later.reasons, strict=True)
+            )
+            if until > now:
+                return Deferred(Code.UNSCHEDULABLE, PREEMPT_MIN_RUNTIME_WAIT, WaitKind.PREEMPTION, until)
     return plan
 
 
@@ -325,44 +459,115 @@ def choose_reclaim(
     quotas: QuotaPolicy,
     usage: UsageTracker,
     graph: PreemptionGraph,
+    min_runtime_s: float = 0.0,
 ) -> list[RunningJob] | Status:
     """The team is within its nominal quota but its cohort lent the quota out: the borrowers to
     preempt (Kueue's reclaimWithinCohort) until the cohort can hold the job, or why there are
-    none (UNSCHEDULABLE). Victims are jobs of other cohort members that borrow the type, least
-    work at risk first; GPU types are tried in the snapshot's order, the first that frees enough
-    wins. ``gone``: victims already chosen in this cycle."""
+    none (UNSCHEDULABLE; :class:`Deferred` when borrowed runs younger than ``min_runtime_s`` would
+    do once they come of age). Victims are preemptible jobs of other cohort members that borrow the
+    type, in :func:`reclaim_order`, no more than needed (:func:`take_needed`), and never so many of
+    one team that it would fall below its nominal quota by more than its last job; GPU types are
+    tried in the snapshot's order, the first that frees enough wins. ``gone``: victims already
+    chosen."""
     q = quotas.quotas.get(job.team)
     if q is None or q.cohort is None:
         return Status(Code.UNSCHEDULABLE, "quota")
     members = set(quotas.cohorts[q.cohort]) - {job.team}
+    until = math.inf
     for i, t in enumerate(snap.gpu_types):
         if i >= len(pod.type_ok) or not (pod.type_ok[i] and within_nominal[i]):
             continue
         need = quotas.reclaim_need(job.team, t, job.spec.total_gpu_milli, usage)
         if need <= 0:
             continue
-        cands = [
-            rj
-            for rj in running.values()
-            if rj.job.id not in gone
-            and rj.job.team in members
-            and rj.gpu_type == t
-            and quotas.is_borrowing(rj.job.team, t, usage)
-            and graph.allows(job.id, rj.job.id)
-        ]
-        cands.sort(key=lambda rj: (rj.job.work_at_risk(now), rj.job.priority, -(rj.job.start_time or 0), rj.job.id))
-        chosen, freed = [], 0
-        borrowed = {m: usage.held(m, t) - (quotas.nominal(m, t) or 0) for m in members}
-        for rj in cands:
-            if freed >= need:
-                break
-            held = sum(a.milli * len(a.gpus) for a in rj.assignments)
-            if borrowed[rj.job.team] <= 0:
-                continue  # that team is back within its own quota
-            chosen.append(rj)
-            freed += held
-            borrowed[rj.job.team] -= held
-        if freed < need:
-            continue
-        return chosen
+        cands = sorted(
+            (
+                rj
+                for rj in running.values()
+                if rj.job.id not in gone
+                and rj.job.spec.preemptible
+                and rj.job.team in members
+                and rj.gpu_type == t
+                and quotas.is_borrowing(rj.job.team, t, usage)
+                and graph.allows(job.id, rj.job.id)
+            ),
+            key=reclaim_order(now),
+        )
+        old = [rj for rj in cands if not young(rj, now, min_runtime_s)]
+        chosen = _take_borrowed(old, need, t, members, quotas, usage)
+        if chosen is not None:
+            return chosen
+        later = _take_borrowed(cands, need, t, members, quotas, usage)
+        if later is not None:
+            until = min(until, max(_of_age(rj, now, min_runtime_s) for rj in later))
+    if until < math.inf:
+        return Deferred(Code.UNSCHEDULABLE, RECLAIM_MIN_RUNTIME_WAIT, WaitKind.QUOTA, until)
     return Status(Code.UNSCHEDULABLE, "quota: nothing to reclaim")
+
+
+def _take_borrowed(
+    cands: list[RunningJob], need: int, gpu_type: str, members: Iterable[str], quotas: QuotaPolicy, usage: UsageTracker
+) -> list[RunningJob] | None:
+    """:func:`take_needed` over borrowers: a team's jobs are taken while it still borrows (whole
+    jobs stop, so its last victim may take it below its nominal quota, never a second one)."""
+    borrowed = {m: usage.held(m, gpu_type) - (quotas.nominal(m, gpu_type) or 0) for m in members}
+
+    def room(victim: RunningJob) -> int:
+        team = victim.job.team
+        if borrowed[team] <= 0:
+            return 0  # that team is back within its own quota
+        held = held_milli(victim)
+        borrowed[team] -= held
+        return held
+
+    return take_needed(cands, need, room)
+
+
+def choose_within_team(
+    snap: ClusterSnapshot,
+    job: Job,
+    pod: PodRequest,
+    running: Mapping[str, RunningJob],
+    gone: set[str],
+    now: float,
+    *,
+    quotas: QuotaPolicy,
+    usage: UsageTracker,
+    graph: PreemptionGraph,
+    min_runtime_s: float = 0.0,
+) -> list[RunningJob] | Status:
+    """The job is held by its own team's quota while the team's lower-priority preemptible jobs
+    hold it (Kueue's ``withinClusterQueue: LowerPriority``): those to preempt so that the quota
+    admits it (:meth:`QuotaPolicy.own_shortfall`), in :func:`reclaim_order`, no more than needed;
+    or why there are none (UNSCHEDULABLE; :class:`Deferred` when runs younger than
+    ``min_runtime_s`` would do once they come of age). GPU types are tried in the snapshot's order,
+    the first that frees enough wins. ``gone``: victims already chosen."""
+    until = math.inf
+    for i, t in enumerate(snap.gpu_types):
+        if i >= len(pod.type_ok) or not pod.type_ok[i]:
+            continue
+        need = quotas.own_shortfall(job.team, t, job.spec.total_gpu_milli, usage, may_borrow=job.spec.preemptible)
+        if need is None:
+            continue
+        cands = sorted(
+            (
+                rj
+                for rj in running.values()
+                if rj.job.team == job.team
+                and rj.gpu_type == t
+                and rj.job.spec.preemptible
+                and rj.job.priority < job.priority
+                and rj.job.id not in gone
+                and graph.allows(job.id, rj.job.id)
+            ),
+            key=reclaim_order(now),
+        )
+        chosen = take_needed((rj for rj in cands if not young(rj, now, min_runtime_s)), need, held_milli)
+        if chosen is not None:
+            return chosen
+        later = take_needed(cands, need, held_milli)
+        if later is not None:
+            until = min(until, max(_of_age(rj, now, min_runtime_s) for rj in later))
+    if until < math.inf:
+        return Deferred(Code.UNSCHEDULABLE, WITHIN_TEAM_MIN_RUNTIME_WAIT, WaitKind.PREEMPTION, until)
+    return Status(Code.UNSCHEDULABLE, "quota: no lower-priority preemptible job of its team to preempt")

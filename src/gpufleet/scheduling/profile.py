@@ -8,6 +8,8 @@ Example::
       - {name: cost, weight: 0.3}
     backfill: easy             # easy | greedy | strict
     preemption: true
+    preempt_min_runtime_s: 0   # a run younger than this is not preempted for priority
+    reclaim_min_runtime_s: 120 # ... nor for a quota reclaim (KAI-scheduler's min runtimes)
     aging: {interval_s: 3600, boost: 10}
     fair_share: {half_life_s: 604800}
     max_spot_restarts: 3
@@ -107,6 +109,11 @@ class Profile(_Strict):
     placement: list[PlacementEntry] = Field(default_factory=lambda: [PlacementEntry(name="bestfit")])
     backfill: Literal["easy", "greedy", "strict"] = "easy"
     preemption: bool = True
+    # a run younger than these is not a victim (KAI-scheduler's preemptMinRuntime/reclaimMinRuntime):
+    # of priority preemption (higher classes come and go: 0 lets them in at once), of a quota
+    # reclaim (a borrower gets some work done before its lender takes the quota back)
+    preempt_min_runtime_s: float = Field(0.0, ge=0)
+    reclaim_min_runtime_s: float = Field(120.0, ge=0)
     aging: AgingModel = Field(default_factory=AgingModel)
     fair_share: FairShareModel = Field(default_factory=FairShareModel)
     max_spot_restarts: int = Field(3, ge=0)
@@ -166,6 +173,8 @@ class Profile(_Strict):
         cfg = CycleConfig(
             backfill=self.backfill,
             preemption=self.preemption,
+            preempt_min_runtime_s=self.preempt_min_runtime_s,
+            reclaim_min_runtime_s=self.reclaim_min_runtime_s,
             max_spot_restarts=self.max_spot_restarts,
             autoscaler=AutoscalerConfig(**self.autoscaler.model_dump()),
             admission=tuple(self.admission),

@@ -229,6 +229,17 @@ class ClusterSnapshot:
         return snap
 
     # -- views ----------------------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """Moves whenever a node is added, relabelled or retainted: what was computed from the nodes'
+        static facts (masks, feasibility verdicts) is stale once it moved."""
+        return self._version
+
+    @property
+    def tainted(self) -> tuple[int, ...]:
+        """The rows of the nodes with a taint (none, on most clusters: a job needs no mask then)."""
+        return tuple(self._tainted)
+
     def gpu_cap_milli(self) -> IntArray:
         return self.gpu_count[: self.n] * MILLI
 

@@ -20,7 +20,7 @@ from gpufleet.model.gpu import GPU_MODELS, MILLI, canonical_gpu_name
 from gpufleet.model.job import PRIORITY_CLASSES, GpuRequest, JobSpec
 from gpufleet.model.node import Node, NodePool
 from gpufleet.model.submission import Submission, default_name, submission
-from gpufleet.scheduling.admission import Need, infeasibility, node_shape, pool_shape
+from gpufleet.scheduling.admission import Need, fit_problem
 from gpufleet.wire import JobSubmit, Role
 
 if TYPE_CHECKING:
@@ -167,13 +167,15 @@ def spec_of_fields(fields: Mapping[str, Any] | Submission, team: str = "default"
 
 def check_fits(fields: Mapping[str, Any] | Submission, nodes: Sequence[Node], pools: Sequence[NodePool] = ()) -> None:
     """Refuse (:class:`InputError`, naming the field at fault) a job that no node of ``nodes`` and no
-    empty node of ``pools`` could ever hold — the rules of the cycle's ``feasibility`` admission check
+    empty node of ``pools`` could ever hold — its resources, its node selector and affinity
+    (``constraints.nodeSelector`` / ``constraints.affinity``), the taints it does not tolerate
+    (``constraints.tolerations``): the rules of the cycle's ``feasibility`` admission check
     (:func:`gpufleet.scheduling.admission.submission_status`). Nothing is refused while no node and
     no pool is known (a fresh server whose nodes have not registered yet)."""
     if not nodes and not pools:
         return
-    shapes = [*(node_shape(n) for n in nodes), *(pool_shape(p) for p in pools)]
-    why = infeasibility(Need.of_spec(spec_of_fields(fields)), shapes)
+    spec = spec_of_fields(fields)
+    why = fit_problem(Need.of_spec(spec), spec.constraints, nodes, pools)
     if why is not None:
         reason, field = why
         raise InputError(f"no node could ever run this job: {reason}", field=field)

@@ -6,7 +6,12 @@ Example::
       - {count: 4, gpu_model: A100-80GB, gpus: 8, cpu: 96, memory_gib: 1024, capacity_type: on-demand}
     pools:                       # autoscaled node pools
       - {name: spot-a100, gpu_model: A100-80GB, gpus: 8, cpu: 96, memory_gib: 1024,
-         capacity_type: spot, min_nodes: 0, max_nodes: 20, provisioning_delay_s: 180}
+         capacity_type: spot, min_nodes: 0, max_nodes: 20, provisioning_delay_s: 180,
+         taints: [{key: dedicated, value: ml, effect: NoSchedule}]}
+
+``taints`` (of a group's nodes, of a pool's nodes) are a Node's ``spec.taints``: key, value, effect
+(``NoSchedule``, ``PreferNoSchedule`` or ``NoExecute``); a job runs there only if it tolerates the
+NoSchedule and NoExecute ones (:mod:`gpufleet.model.constraints`).
 
 Sizes are bounded by :mod:`gpufleet.sim.limits`: GPUs, CPU and memory per node, a group's ``count``
 and a pool's node counts, all static nodes plus every pool's ``max_nodes`` (``MAX_NODES``), the
@@ -19,9 +24,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from gpufleet.config import load_model
+from gpufleet.errors import InputError
+from gpufleet.model.constraints import Taint, taint_from_dict
 from gpufleet.model.gpu import canonical_gpu_name
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
 from gpufleet.sim.limits import MAX_CPU_MILLI, MAX_GPUS_PER_NODE, MAX_MEMORY_MIB, MAX_NODES, MAX_POOLS, MAX_TIME_S
@@ -43,6 +51,27 @@ def _gpu(v: str) -> str:
     return canon
 
 
+def _taints(raw: Any) -> Any:
+    """``taints`` read with the one codec of a Node's taints (:func:`taint_from_dict`); a bad one is
+    a validation error at its own path (``pools.0.taints.1.effect``)."""
+    if not isinstance(raw, list | tuple):
+        return raw  # pydantic says what is wrong with it
+    out: list[Any] = []
+    for i, t in enumerate(raw):
+        if isinstance(t, Taint):
+            out.append(t)
+            continue
+        try:
+            out.append(taint_from_dict(t, at=str(i)))
+        except InputError as e:
+            at = e.field or str(i)
+            loc = tuple(int(p) if p.isdigit() else p for p in at.split("."))
+            why = e.message.removeprefix(f"field '{at}': ")
+            error = InitErrorDetails(type=PydanticCustomError("taint", "{why}", {"why": why}), loc=loc, input=t)
+            raise ValidationError.from_exception_data("taints", [error]) from None
+    return tuple(out)
+
+
 class NodeGroup(_Strict):
     name: str = "node"
     count: int = Field(1, ge=0, le=MAX_NODES)
@@ -55,8 +84,10 @@ class NodeGroup(_Strict):
     hourly_price_usd: float | None = Field(None, ge=0)
     sharing: SharingMode = SharingMode.SHARED
     labels: dict[str, str] = Field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
 
     _g = field_validator("gpu_model")(classmethod(lambda cls, v: _gpu(v)))
+    _t = field_validator("taints", mode="before")(classmethod(lambda cls, v: _taints(v)))
 
     @model_validator(mode="after")
     def _gpu_needs_model(self) -> NodeGroup:
@@ -77,6 +108,7 @@ class NodeGroup(_Strict):
                 hourly_price_usd=self.hourly_price_usd,
                 sharing=self.sharing,
                 labels=dict(self.labels),
+                taints=self.taints,
             )
             for i in range(self.count)
         ]
@@ -96,8 +128,10 @@ class PoolSpec(_Strict):
     provisioning_delay_s: float = Field(180.0, ge=0, le=MAX_TIME_S)
     sharing: SharingMode = SharingMode.SHARED
     labels: dict[str, str] = Field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
 
     _g = field_validator("gpu_model")(classmethod(lambda cls, v: _gpu(v)))
+    _t = field_validator("taints", mode="before")(classmethod(lambda cls, v: _taints(v)))
 
     @model_validator(mode="after")
     def _limits(self) -> PoolSpec:
@@ -122,6 +156,7 @@ class PoolSpec(_Strict):
             provisioning_delay_s=self.provisioning_delay_s,
             sharing=self.sharing,
             labels=dict(self.labels),
+            taints=self.taints,
         )
 
 

@@ -19,6 +19,8 @@ Modelled on kubernetes-sigs/karpenter @ 22664681 (v1.14.0+) and aws/karpenter-pr
   filter; none left is an InsufficientCapacityError) then ``InstanceTypes.Truncate`` →
   ``SatisfiesMinValues`` (default ``minValuesPolicy: Strict``): for each requirement with
   ``minValues``, the instance types left must bring that many distinct values of its key;
+- :func:`registered_node` — ``pkg/controllers/nodeclaim/lifecycle/registration.go`` ``syncNode``:
+  the Node a launched claim becomes carries the claim's labels and its taints;
 - :func:`drift` — ``pkg/controllers/nodeclaim/disruption/drift.go``: ``areStaticFieldsDrifted``
   (the claim's ``karpenter.sh/nodepool-hash`` differs from the NodePool's, both present with the
   same hash version; a claim without them never drifts statically) and ``areRequirementsDrifted``
@@ -27,6 +29,7 @@ Modelled on kubernetes-sigs/karpenter @ 22664681 (v1.14.0+) and aws/karpenter-pr
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -211,3 +214,42 @@ def is_static_drift_visible(nodepool: Mapping[str, Any], claim: Mapping[str, Any
         and all(k in claim_ann for k in keys)
         and pool_ann[NODEPOOL_HASH_VERSION] == claim_ann[NODEPOOL_HASH_VERSION]
     )
+
+
+# -- registration ------------------------------------------------------------------------------------
+
+REGISTERED = "karpenter.sh/registered"
+UNREGISTERED = "karpenter.sh/unregistered"
+
+
+def _same_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """``Taint.MatchTaint``: the same key and effect (the value is not compared)."""
+    return a.get("key") == b.get("key") and a.get("effect") == b.get("effect")
+
+
+def registered_node(claim: Mapping[str, Any], node: Mapping[str, Any]) -> dict[str, Any]:
+    """The Node ``node`` once Karpenter registered it for ``claim`` (``pkg/controllers/nodeclaim/
+    lifecycle/registration.go`` ``syncNode``): the claim's labels and annotations over the node's;
+    the claim's ``spec.taints`` then ``spec.startupTaints`` merged into the node's
+    (``scheduling.Taints.Merge``: a taint is added unless the node has one with its key and effect);
+    the ``karpenter.sh/unregistered:NoExecute`` taint the node registered with removed; the label
+    ``karpenter.sh/registered: "true"``. (Its owner reference and termination finalizer are left out.
+    Read at kubernetes-sigs/karpenter @ 007859a5.)"""
+    out = copy.deepcopy(dict(node))
+    meta = out.setdefault("metadata", {})
+    claim_meta = claim.get("metadata") or {}
+    meta["labels"] = {**(meta.get("labels") or {}), **(claim_meta.get("labels") or {}), REGISTERED: "true"}
+    if claim_meta.get("annotations"):
+        meta["annotations"] = {**(meta.get("annotations") or {}), **claim_meta["annotations"]}
+    spec = out.setdefault("spec", {})
+    taints: list[dict[str, Any]] = [dict(t) for t in spec.get("taints") or []]
+    claim_spec = claim.get("spec") or {}
+    for t in [*(claim_spec.get("taints") or []), *(claim_spec.get("startupTaints") or [])]:
+        if not any(_same_taint(t, have) for have in taints):
+            taints.append(dict(t))
+    taints = [t for t in taints if not _same_taint(t, {"key": UNREGISTERED, "effect": "NoExecute"})]
+    if taints:
+        spec["taints"] = taints
+    else:
+        spec.pop("taints", None)
+    return out

@@ -607,13 +607,22 @@ def node_taints(
     NoExecute ones, but the lifecycle's (:func:`lifecycle_taint`) and those whose key is in
     ``tolerated`` (gpufleet's own pods tolerate them: ``objects.batch_job`` writes the tolerations
     from the same list). :class:`InputError` names a malformed one."""
+    return keep_off_taints((obj.get("spec") or {}).get("taints"), tolerated, source=source)
+
+
+def keep_off_taints(
+    raw: Any, tolerated: Iterable[str] = DEFAULT_TOLERATED_TAINTS, *, source: str = "node", at: str = "spec.taints"
+) -> tuple[Taint, ...]:
+    """:func:`node_taints` of a list of taints as a Node's ``spec.taints`` holds them (``at`` is its
+    path in ``source``, for the field an :class:`InputError` names): also what a Karpenter NodePool's
+    ``spec.template.spec.taints`` will put on its nodes (the provisioner's pools carry them)."""
     ok = set(tolerated)
     out: list[Taint] = []
-    raw = (obj.get("spec") or {}).get("taints") or []
+    raw = raw or []
     if not isinstance(raw, list):
-        raise InputError(f"expected a list, got {type(raw).__name__}", source=source, field="spec.taints")
+        raise InputError(f"expected a list, got {type(raw).__name__}", source=source, field=at)
     for i, t in enumerate(raw):
-        taint = taint_from_dict(t, source=source, at=f"spec.taints[{i}]")
+        taint = taint_from_dict(t, source=source, at=f"{at}[{i}]")
         if taint.effect in KEEPS_OFF and taint.key not in ok and not lifecycle_taint(taint.key):
             out.append(taint)
     return tuple(out)

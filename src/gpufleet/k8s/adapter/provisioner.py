@@ -8,8 +8,11 @@ backend (``KubernetesBackend(..., provisioner=KarpenterProvisioner(api_client, c
   :class:`~gpufleet.model.node.NodePool` per (instance type, capacity type) it offers that the price
   catalog prices, named ``<nodepool>_<instance-type>_<capacity-type>`` (a valid label value: the
   name is also the node label ``gpufleet.io/pool`` that Karpenter copies from the claim onto the
-  Node, so a node gpufleet finds after a restart lands in the same pool). The autoscaler then picks
-  the cheapest pool that fits (spot pools only for preemptible work);
+  Node, so a node gpufleet finds after a restart lands in the same pool). A pool's taints are the
+  NodePool template's ``spec.taints`` that keep pods off (as :func:`.nodes.node_taints` reads a
+  Node's: not those gpufleet's pods tolerate; ``startupTaints`` are temporary and left out, as
+  Karpenter leaves them out of its own scheduling). The autoscaler then picks the cheapest pool that
+  fits (spot pools only for preemptible work; only pools whose taints the job tolerates);
 - :meth:`~KarpenterProvisioner.provision` — creates NodeClaims from the NodePool's template with the
   instance type and capacity type pinned (:func:`.objects.node_claim`), never more than the
   NodePool's ``spec.limits`` leave room for, and returns the gpufleet nodes they will become, priced,
@@ -73,7 +76,7 @@ from gpufleet.backends.base import BackendEvent, EventKind
 from gpufleet.cost.catalog import PriceCatalog, PriceEntry
 from gpufleet.errors import BackendError, GpufleetError
 from gpufleet.k8s.adapter.api import call_json
-from gpufleet.k8s.adapter.nodes import quantity_count, quantity_mib, quantity_milli
+from gpufleet.k8s.adapter.nodes import keep_off_taints, quantity_count, quantity_mib, quantity_milli
 from gpufleet.k8s.adapter.objects import (
     NodePoolOffer,
     dns_label,
@@ -106,6 +109,7 @@ from gpufleet.k8s.vocabulary import (
     LABEL_POOL,
     LABEL_PROVISIONED,
     LABEL_REGION,
+    LABEL_ZONE,
 )
 from gpufleet.model.node import CapacityType, Node, NodePool, SharingMode
 
@@ -324,7 +328,9 @@ class KarpenterProvisioner:
         if not offer["node_class"]:
             log.info("NodePool %s has no nodeClassRef: no pools from it", name)
             return []
-        reqs: list[Mapping[str, Any]] = list(((spec.get("template") or {}).get("spec") or {}).get("requirements") or [])
+        tspec = (spec.get("template") or {}).get("spec") or {}
+        reqs: list[Mapping[str, Any]] = list(tspec.get("requirements") or [])
+        taints = keep_off_taints(tspec.get("taints"), source=f"nodepool {name}", at="spec.template.spec.taints")
         provider = PROVIDER_OF_NODECLASS.get(str(offer["node_class"].get("group", ""))) or self.provider
         region = self.region or _region_of_zones(offer["zones"])
         mine = [
@@ -341,7 +347,8 @@ class KarpenterProvisioner:
             if not _gpu_fits(offer, entry):
                 continue
             vcpus, memory_mib = self._shape(itype, entry, reqs)
-            if not _requirements_admit(reqs, _properties(itype, entry, vcpus, memory_mib)):
+            props = instance_labels(itype, entry, vcpus, memory_mib)
+            if not _requirements_admit(reqs, props):
                 continue
             cpu_alloc, mem_alloc = allocatable(vcpus, memory_mib)
             for cap in offer["capacity_types"]:
@@ -363,7 +370,11 @@ class KarpenterProvisioner:
                 )
                 room = _room(offer, usage, entry.gpu_count, vcpus, memory_mib)
                 max_nodes = self.max_nodes_unlimited if room is None else own + room
+                # what its nodes will carry, so a job's selector or affinity on them (the OS, the
+                # architecture, the instance family, a single zone) may grow the pool
                 labels = {
+                    **props,
+                    **({LABEL_ZONE: offer["zones"][0]} if offer["zones"] and len(offer["zones"]) == 1 else {}),
                     **offer["labels"],
                     LABEL_KARPENTER_NODEPOOL: name,
                     LABEL_INSTANCE_TYPE: itype,
@@ -386,6 +397,7 @@ class KarpenterProvisioner:
                     provisioning_delay_s=self.provisioning_delay_s,
                     sharing=self.sharing,
                     labels=labels,
+                    taints=taints,
                 )
                 out.append(_Choice(pool, obj, name, itype, cap, entry, vcpus, memory_mib, own))
         if not out:
@@ -553,6 +565,7 @@ class KarpenterProvisioner:
             sharing=p.sharing,
             labels={**p.labels, LABEL_HOSTNAME: name},
             gpu_facts=p.gpu_facts,
+            taints=p.taints,  # the claim's spec.taints (node_claim copies the template's): Karpenter syncs them
         )
 
     # -- release -----------------------------------------------------------------------------------
@@ -697,7 +710,7 @@ def _gpu_fits(offer: NodePoolOffer, entry: PriceEntry) -> bool:
     return offer["max_gpus"] is None or n <= offer["max_gpus"]
 
 
-def _properties(instance_type: str, entry: PriceEntry, vcpus: float, memory_mib: float) -> dict[str, str]:
+def instance_labels(instance_type: str, entry: PriceEntry, vcpus: float, memory_mib: float) -> dict[str, str]:
     """Well-known labels a node of the instance type carries, for checking requirements on them."""
     props = {LABEL_OS: "linux"}
     shape = INSTANCE_SHAPES.get(instance_type)
@@ -776,4 +789,4 @@ def _room(offer: NodePoolOffer, usage: _Usage, gpus: int, vcpus: float, memory_m
     return min(rooms) if rooms else None
 
 
-__all__ = ["INSTANCE_SHAPES", "InstanceShape", "KarpenterProvisioner", "allocatable"]
+__all__ = ["INSTANCE_SHAPES", "InstanceShape", "KarpenterProvisioner", "allocatable", "instance_labels"]

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from gpufleet.cost.catalog import PriceCatalog, PriceEntry
 from gpufleet.errors import InputError
+from gpufleet.k8s.adapter.nodes import keep_off_taints
 from gpufleet.k8s.adapter.objects import label_value
-from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES, allocatable
+from gpufleet.k8s.adapter.provisioner import INSTANCE_SHAPES, allocatable, instance_labels
 from gpufleet.k8s.gpustack.sharing import SHARING_KEYS, mig_layout, pool_sharing
 from gpufleet.k8s.gpustack.spec import ALL_DISABLED, GpuSharing, GpuStack, PoolDef
 from gpufleet.k8s.schemacheck import field_path
@@ -82,6 +83,8 @@ def gpufleet_pools(stack: GpuStack, catalog: PriceCatalog, *, provisioning_delay
     not price (for that capacity type), or prices with another GPU model or count, or whose shape
     gpufleet does not know."""
     out: list[NodePool] = []
+    # what the NodePools' taints keep off (as the provisioner reads them back from the cluster)
+    taints = keep_off_taints([dict(t) for t in stack.taints], source=stack.source, at="nodePool.taints")
     for pool in stack.pools:
         sharing = pool_sharing(stack, pool)
         for j, itype in enumerate(pool.instance_types):
@@ -118,6 +121,8 @@ def gpufleet_pools(stack: GpuStack, catalog: PriceCatalog, *, provisioning_delay
                 nodepool = pool.nodepool_name(cap)
                 name = gpufleet_pool_name(nodepool, itype, cap)
                 labels = {
+                    # what its nodes will carry (the provisioner's pools say the same)
+                    **instance_labels(itype, entry, shape.vcpus, shape.memory_gib * 1024),
                     **template_labels(stack, pool, cap),
                     LABEL_KARPENTER_NODEPOOL: nodepool,
                     LABEL_INSTANCE_TYPE: itype,
@@ -142,6 +147,7 @@ def gpufleet_pools(stack: GpuStack, catalog: PriceCatalog, *, provisioning_delay
                         sharing=sharing.mode,
                         labels=labels,
                         gpu_facts=sharing_facts(sharing),
+                        taints=taints,
                     )
                 )
     return out

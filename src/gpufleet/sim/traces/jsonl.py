@@ -135,6 +135,7 @@ class PoolLine(BaseModel):
     def from_pool(cls, pool: NodePool) -> PoolLine:
         fields = asdict(pool)
         fields.pop("gpu_facts", None)  # not part of the trace format, as for a node
+        fields.pop("taints", None)  # nor its nodes' taints (a cluster file's pools have them: sim.clusterspec)
         return cls.model_validate(fields)
 
 
