@@ -312,3 +312,37 @@ def test_a_bound_run_whose_start_was_never_seen_is_metered_from_its_launch(
     (ev,) = [e for e in events if e.job_id == "quick"]
     assert ev.kind is EventKind.LOST, events
     assert ev.started_at is None or ev.started_at < ev.ended_at - 0.9, ev
+
+
+def test_a_new_leader_whose_pod_watch_lags_does_not_give_up_a_running_run(make_world: Callable[..., World]) -> None:
+    """benchmarks/k8s_chaos.py (200 jobs, 10 min): one job ran two runs at once. The new leader's
+    pod cache, its watch slow after the partition, still showed the run's pod unbound; recovery
+    gave the run up (its Job deleted) and the job started again while the pod ran on. What the
+    cache shows absent or unbound is read again from the API server before a run is given up."""
+    from gpufleet.backends.base import RecoveredState
+    from gpufleet.k8s.adapter.backend import KubernetesBackend
+
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    successor = KubernetesBackend(w.client)
+    try:
+        successor.inventory()
+        successor.poll()  # its informers list and watch
+        w.backend.launch(w.request("kept", "gpu-a"))
+        w.cluster.wait_for(
+            lambda: bool(successor.pod_cache.by_index("kept")), timeout=10, what="the unbound pod in its cache"
+        )
+        plan = w.cluster.server.faults
+        plan.add(verb="watch", resource="pods", delay_s=8.0)  # its watch goes silent from here
+        w.cluster.call(w.cluster.server.end_watches)
+        w.running("kept")  # bound and running, as the API server has it
+        assert all(p.node is None for p in successor.pod_cache.by_index("kept"))  # what its cache still says
+        got = successor.recover("kept", 1)
+        assert got.state is RecoveredState.RUNNING
+        # its next polls, the cache still stale: the run is not taken for lost, its pod not deleted
+        events = successor.poll() + successor.poll()
+        plan.clear()
+        assert [e for e in events if e.job_id == "kept"] == []
+        assert [p for p in w.pods("kept") if not p["metadata"].get("deletionTimestamp")] != []
+    finally:
+        successor.close()

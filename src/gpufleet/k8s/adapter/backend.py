@@ -127,6 +127,11 @@ def _pod_or_none(obj: dict[str, Any]) -> PodFacts | None:
     return pod_facts(obj)
 
 
+def _unbound(pod: PodFacts) -> bool:
+    """Waiting to be bound: no node yet, not ended, not going."""
+    return pod.node is None and not pod.terminal and pod.deletion_timestamp is None
+
+
 def _job_of(pod: PodFacts) -> str | None:
     return pod.job_id
 
@@ -869,15 +874,20 @@ class KubernetesBackend:
         self.provisioner.release(node, now)
 
     def recover(self, job_id: str, run: int) -> Recovered:
-        """Find a run from the pod cache (listed once for all runs, not once per run)."""
+        """Find a run from the pod cache (listed once for all runs, not once per run). A run the
+        cache shows absent or not yet bound is read again from the API server before it is given
+        up: a new leader's cache may lag behind (its watch slow or cut, as in a partition), and
+        giving up a run that runs starts its job a second time beside it."""
         wait_filled([self.pod_cache], self.options.sync_timeout_s, "reading gpufleet's pods")
         pods = [p for p in self.pod_cache.by_index(job_id) if p.run == run]
+        if not pods or any(_unbound(p) for p in pods):
+            pods = self._live_pods(job_id, run)
         if not pods:
             return Recovered(RecoveredState.ABSENT)
         ns = pods[0].namespace
         name = job_name(job_id, run, len(pods))
         started = min((p.started_at for p in pods if p.started_at is not None), default=self.options.now())
-        if any(p.node is None and not p.terminal and p.deletion_timestamp is None for p in pods):
+        if any(_unbound(p) for p in pods):
             # found before all its pods were bound (the leader that launched it went away meanwhile):
             # where it meant to place them is not known here, and a gang starts together, so the run
             # has not started: it is given up (its Job deleted, retried until it is) and the job
@@ -887,11 +897,33 @@ class KubernetesBackend:
             return Recovered(RecoveredState.ABSENT)
         nodes = tuple(p.node or "" for p in sorted(pods, key=lambda p: p.completion_index or 0))
         r = Run(job_id, run, ns, name, nodes, started, bound=all(p.node for p in pods))
+        # bindings the cache has not shown yet (read live above): assumed until it does, so a
+        # lagging cache's unbound pod is not taken for a deleted one at the next poll
+        cached = {p.name: p.node for p in self.pod_cache.by_index(job_id) if p.run == run}
+        r.assumed = {p.name: p.node for p in pods if p.node and cached.get(p.name) != p.node}
         ev = self._ended(r, pods)
         if ev is not None:
             return Recovered(RecoveredState.ENDED, event=ev)
         self._runs[(job_id, run)] = r
         return Recovered(RecoveredState.RUNNING, self._handle(r))
+
+    def _live_pods(self, job_id: str, run: int) -> list[PodFacts]:
+        """The run's pods as the API server has them now (a BackendError if it cannot say: the
+        loop tries the recovery again rather than decide from a cache that may lag)."""
+        data = call_json(
+            f"reading the pods of job {job_id}",
+            self.core.list_pod_for_all_namespaces,
+            label_selector=f"{KEY_JOB_ID}={job_id}",
+        )
+        out = []
+        for obj in data.get("items") or []:
+            try:
+                p = pod_facts(obj)
+            except GpufleetError:  # a pod gpufleet cannot read is not this run's
+                continue
+            if p.job_id == job_id and p.run == run:
+                out.append(p)
+        return out
 
     def telemetry(self) -> list[GpuSample]:
         """GPU utilization and memory from the DCGM exporters (``dcgm_urls``), per GPU, with each
