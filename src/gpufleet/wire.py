@@ -558,6 +558,11 @@ class BudgetCheckOut(_Out):
     fits: bool  # fits every covering budget (a blocking one that does not fit refuses the submit)
     blocked: bool  # a block budget would refuse it now
     budgets: list[BudgetCheckLine]
+    # "cluster" (its nodes' price), or the catalog offering a GPU type no node has was priced from
+    price_basis: str = "cluster"
+    # why a real submit would be refused whatever the budgets (no node could ever run it: the
+    # submit's feasibility rules); null when it would be accepted
+    submit_refused: str | None = None
 
 
 # -- insights: progress, forecasts, anomalies, recommendations, ROI (cost management §4–5) --------
@@ -611,8 +616,13 @@ class SpendForecastOut(_Out):
     trend_usd_per_day: float
     weekday_offsets_usd: list[float]  # Monday..Sunday
     residual_sd_usd: float
-    history_days: int
-    method: str
+    history_days: float = Field(description="how long the ledger has existed, in days (a young server's: a fraction)")
+    history_since: datetime | None = Field(default=None, description="when the ledger started")
+    method: str = Field(description="trend+weekly | trend | mean (daily models) | rate (a young server's rate so far)")
+    rate_usd_per_day: float = Field(default=0.0, description="the spend rate forecast for the rest of the period")
+    floor_usd: float = Field(
+        default=0.0, description="spent + unfinished jobs' estimated rest: the forecast is never below it"
+    )
 
 
 class AnomalyCauseOut(_Out):

@@ -137,10 +137,10 @@ def test_scope_covers() -> None:
 
 def test_enforcement_waits_for_the_grace_period() -> None:
     b = budget(action="block", grace_s=3600)
-    assert not enforcing(b, None, 10_000)
-    assert not enforcing(b, 10_000, 10_000 + 3599)
-    assert enforcing(b, 10_000, 10_000 + 3600)
-    assert not enforcing(budget(action="alert"), 0.0, 1e9)
+    assert not enforcing(b, None, 10_000, over=True)
+    assert not enforcing(b, 10_000, 10_000 + 3599, over=True)
+    assert enforcing(b, 10_000, 10_000 + 3600, over=True)
+    assert not enforcing(budget(action="alert"), 0.0, 1e9, over=True)
     assert check_block(b, 90.0, 10.0).fits and not check_block(b, 90.0, 10.02).fits
     assert check_block(b, 200.0, 10.0, in_grace=True).fits
 

@@ -815,7 +815,7 @@ def _status_out(body: Any, spend: float, now: datetime, *, over_since: float | N
         remaining_usd=s.remaining_usd,
         days_left=s.days_left,
         thresholds_crossed=[th.percent for th in s.crossed],
-        enforcing=enforcing(budget, over_since, t),
+        enforcing=enforcing(budget, over_since, t, over=s.over),
         alerts=alerts,
     )
 

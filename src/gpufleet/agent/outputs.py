@@ -170,8 +170,16 @@ class BudgetPlanCheck(_Model):
     gpu_type: str | None
     hours: float
     spot: bool
-    forecast_usd: float = Field(description="POST /v1/budgets/check: GPUs × hours × the cluster's $/GPU-hour")
+    forecast_usd: float = Field(
+        description="POST /v1/budgets/check: GPUs × hours × the cluster's $/GPU-hour (the catalog's for a GPU "
+        "type no node of the cluster has)"
+    )
     usd_per_gpu_hour: float
+    price_basis: str = Field(description="'cluster', or the catalog offering the GPU-hour was priced from")
+    submit_refused: str | None = Field(
+        description="why a real submit of this plan would be refused whatever the budgets (no node could "
+        "ever run it); null when it would be accepted"
+    )
     spot_forecast_usd: float | None = Field(description="projection when spot: forecast × the catalog's spot ratio")
     fits: bool = Field(description="fits every covering budget the caller may see")
     blocked: bool = Field(description="a block budget would refuse the submit now")

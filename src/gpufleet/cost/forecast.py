@@ -24,15 +24,25 @@ centred to sum to zero), fitted by alternating the two twice. The forecast of th
 is the sum of the fitted values of the days still to come; its interval is
 ``± z · σ · sqrt(H)`` for H future days, with σ the robust residual scale (1.4826 × MAD) and z the
 normal quantile of ``level``. With under two weeks of history there are no weekday offsets; under
-three days the model is the mean.
+three days the model is the mean. History is the scope's ledger: days before the server existed are
+not days of zero spend. A young scope (under three complete days) is forecast from the rate observed
+since the ledger's start (:func:`forecast_rate`). Either interval is at least ``± z ·
+rate_rel_se(observed) · rest`` (:func:`rate_rel_se`): little history is an uncertain future even
+when it was flat. The total is never below the floor — spent plus the estimated rest of unfinished
+jobs (:func:`with_floor`).
+
+A job's time is its *running* time when its runs are known: a preempted job's wait in the queue is
+neither progress at its rate nor time off its estimate, and a pending job's rest is priced at the
+price it will likely run at.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from statistics import NormalDist
 from typing import Any
@@ -226,26 +236,38 @@ def forecast_job(
     max_runtime_s: float | None = None,
     level: float = 0.9,
     window: int = 20,
+    runs: Sequence[tuple[float, float | None]] | None = None,
 ) -> JobForecast:
-    """Remaining cost of a running job, with an interval (see the module docstring for the model).
+    """Remaining cost of a job, with an interval (see the module docstring for the model).
 
     ``reports`` are the job's progress reports (any order); ``spent_usd`` and
-    ``cost_rate_usd_per_hour`` come from the ledger (:func:`job_cost_rate`); ``started_at`` and
-    ``estimated_runtime_s`` are used when there is no usable progress.
+    ``cost_rate_usd_per_hour`` come from the ledger (:func:`job_cost_rate`), or for a job not
+    running, the price it will likely run at; ``started_at`` and ``estimated_runtime_s`` are used
+    when there is no usable progress. ``runs``: the job's runs ``(started, ended or None while
+    open)`` in order — when given, time is *running* time (a preempted job's wait in the queue is
+    not time it progressed at its rate, nor time its estimate ran down), and a job with no open run
+    is pending: nothing of its rest has run since its last report, and its estimate is whole.
+    Without ``runs``, wall time since ``started_at`` (a job that never stopped).
     """
     if not 0 < level < 1:
         raise InputError(f"level must be in (0, 1), got {level}", field="level")
     rate_s = cost_rate_usd_per_hour / 3600.0
+    pending = runs is not None and (not runs or runs[-1][1] is not None)
     pts = sorted((r for r in reports if r.step is not None), key=lambda r: r.time)
     total = next((r.total_steps for r in reversed(pts) if r.total_steps), None)
-    if len(pts) == 1 and started_at is not None and pts[0].time > started_at:
-        # one report: the rate since the job started (step 0 then) is the only rate there is
-        pts = [ProgressReport(started_at, step=0.0, total_steps=total), *pts]
+    first_start = runs[0][0] if runs else started_at
+    if len(pts) == 1 and first_start is not None and pts[0].time > first_start:
+        # one report: the rate since the job first started (step 0 then), over its running time,
+        # is the only rate there is
+        pts = [ProgressReport(first_start, step=0.0, total_steps=total), *pts]
     if len(pts) >= 2 and total is not None:
         t = np.array([r.time for r in pts], dtype=np.float64)
         s = np.array([r.step for r in pts], dtype=np.float64)
-        dt, ds = np.diff(t), np.diff(s)
-        ok = dt > 0
+        dt = np.array([_running_s(a, b, runs) for a, b in itertools.pairwise(t)], dtype=np.float64)
+        ds = np.diff(s)
+        # an interval with no running time measures nothing; one whose step went back (a restart
+        # from a checkpoint or from scratch) measures the loss, not the rate
+        ok = (dt > 0) & (ds >= 0)
         dt, ds = dt[ok][-window:], ds[ok][-window:]
         if dt.size and ds.sum() > 0:
             rates = ds / dt
@@ -254,8 +276,9 @@ def forecast_job(
             r_lo, r_hi = (float(x) for x in np.quantile(rates, [lo_q, hi_q]))
             last_step = float(s[-1])
             remaining_steps = max(0.0, total - last_step)
-            # the time since the last report already ran at about the point rate
-            since = max(0.0, now - float(t[-1]))
+            # the running time since the last report already ran at about the point rate (a
+            # pending job's wait ran nothing)
+            since = _running_s(float(t[-1]), now, runs)
             rem = max(0.0, remaining_steps / point_rate - since)
             rem_lo = max(0.0, remaining_steps / r_hi - since) if r_hi > 0 else rem
             rem_hi = max(0.0, remaining_steps / r_lo - since) if r_lo > 0 else math.inf
@@ -274,11 +297,15 @@ def forecast_job(
                 rem_hi * rate_s,
                 level,
                 f"{remaining_steps:g} of {total:g} steps left at {point_rate:.4g} steps/s "
-                f"(interval rates {r_lo:.4g}–{r_hi:.4g} steps/s over the last {dt.size} reports) "
-                f"× ${cost_rate_usd_per_hour:.4g}/h",
+                f"(interval rates {r_lo:.4g}–{r_hi:.4g} steps/s over the last {dt.size} reports, "
+                f"running time only) × ${cost_rate_usd_per_hour:.4g}/h"
+                + (" (pending: at the price it will likely run at)" if pending else ""),
             )
-    if estimated_runtime_s is not None and started_at is not None:
-        elapsed = max(0.0, now - started_at)
+    if estimated_runtime_s is not None and (runs is not None or started_at is not None):
+        if runs is not None:  # the current run's running time; a pending job's estimate is whole
+            elapsed = 0.0 if pending else max(0.0, now - runs[-1][0])
+        else:
+            elapsed = max(0.0, now - started_at) if started_at is not None else 0.0
         rem = max(0.0, estimated_runtime_s - elapsed)
         high = rem if max_runtime_s is None else max(rem, max_runtime_s - elapsed)
         return JobForecast(
@@ -294,8 +321,9 @@ def forecast_job(
             0.0,
             high * rate_s,
             level,
-            f"runtime estimate {estimated_runtime_s:.0f}s − {elapsed:.0f}s elapsed × ${cost_rate_usd_per_hour:.4g}/h "
-            "(no progress reports; low end 0: it may end any time"
+            f"runtime estimate {estimated_runtime_s:.0f}s − {elapsed:.0f}s elapsed × ${cost_rate_usd_per_hour:.4g}/h"
+            + (" (pending: the whole estimate, at the price it will likely run at)" if pending else "")
+            + " (no progress reports; low end 0: it may end any time"
             + (f", high end its max runtime {max_runtime_s:.0f}s)" if max_runtime_s is not None else ")"),
         )
     return JobForecast(
@@ -313,6 +341,14 @@ def forecast_job(
         level,
         "no progress reports with total_steps and no runtime estimate",
     )
+
+
+def _running_s(a: float, b: float, runs: Sequence[tuple[float, float | None]] | None) -> float:
+    """Running time within ``[a, b]``: its overlap with ``runs`` (an open run runs on), or the
+    wall time without them."""
+    if runs is None:
+        return max(0.0, b - a)
+    return sum(max(0.0, min(b, math.inf if e is None else e) - max(a, s)) for s, e in runs)
 
 
 # -- a scope's period-end spend -------------------------------------------------------------------
@@ -334,14 +370,88 @@ class PeriodForecast:
     trend_usd_per_day: float
     weekday_offsets_usd: tuple[float, ...]  # Monday..Sunday (zeros without weekly seasonality)
     residual_sd_usd: float
-    history_days: int
-    method: str  # "trend+weekly" | "trend" | "mean"
+    history_days: float  # how long the scope's ledger has existed (days; a young server's are a fraction)
+    method: str  # "trend+weekly" | "trend" | "mean" | "rate"
+    rate_usd_per_day: float = 0.0  # the spend rate forecast for the rest of the period
+    floor_usd: float = 0.0  # spent + unfinished jobs' estimated rest: the total is never below it
 
     def explain(self) -> str:
         return (
-            f"{self.method}: trend {self.trend_usd_per_day:+.2f} $/day, residual σ {self.residual_sd_usd:.2f} $/day "
-            f"over {self.history_days} days; {self.days_left} days left"
+            f"{self.method}: {self.rate_usd_per_day:.2f} $/day, trend {self.trend_usd_per_day:+.2f} $/day, "
+            f"residual σ {self.residual_sd_usd:.2f} $/day over {self.history_days:.3g} days; {self.days_left} days left"
         )
+
+
+HOUR_S = 3600.0
+
+
+def rate_rel_se(observed_s: float) -> float:
+    """The relative standard error of a spend rate measured over ``observed_s`` seconds: as if each
+    hour observed were an independent draw whose spread equals its mean (a busy hour and an idle
+    one differ by about that), ``1 / sqrt(hours)``, and 1 under an hour. It is the least
+    uncertainty a forecast from that much history can honestly claim: a constant spend over 24
+    minutes says little about the month (±100 % of the rest at one σ), over eight weeks ±2.7 %."""
+    return 1.0 / math.sqrt(max(observed_s, HOUR_S) / HOUR_S)
+
+
+def _z(level: float) -> float:
+    return NormalDist().inv_cdf(min((1 + level) / 2, 1 - 1e-12))  # level → 1 rounds (1+level)/2 to 1.0
+
+
+def with_floor(f: PeriodForecast, floor_usd: float) -> PeriodForecast:
+    """``f`` with its total and interval raised to at least ``floor_usd`` (what is spent plus what
+    unfinished jobs are expected to cost: a forecast below it is already wrong)."""
+    total = max(f.total_usd, floor_usd)
+    return replace(
+        f,
+        forecast_remaining_usd=total - f.spent_usd,
+        total_usd=total,
+        low_usd=max(f.low_usd, floor_usd),
+        high_usd=max(f.high_usd, total),
+        floor_usd=floor_usd,
+    )
+
+
+def forecast_rate(
+    spent_usd: float,
+    observed_usd: float,
+    observed_s: float,
+    period_start: date,
+    period_end: date,
+    remaining_s: float,
+    *,
+    level: float = 0.9,
+) -> PeriodForecast:
+    """Period-end spend of a young scope (under three complete days of ledger, too few for a daily
+    model): the rate observed so far, ``observed_usd`` over the ``observed_s`` seconds since the
+    ledger's start (running jobs' spend to now included), for the ``remaining_s`` seconds left in
+    the period, with the interval ``± z · rate_rel_se(observed_s) · rest`` (:func:`rate_rel_se`)."""
+    if period_end <= period_start:
+        raise InputError("period_end must be after period_start", field="period_end")
+    if not 0 < level < 1:
+        raise InputError(f"level must be in (0, 1), got {level}", field="level")
+    rate = observed_usd / observed_s if observed_s > 0 else 0.0
+    left = max(0.0, remaining_s)
+    rem = rate * left
+    half = _z(level) * rate_rel_se(observed_s) * rem
+    return PeriodForecast(
+        period_start,
+        period_end,
+        spent_usd,
+        rem,
+        spent_usd + rem,
+        spent_usd + max(0.0, rem - half),
+        spent_usd + rem + half,
+        level,
+        math.ceil(left / 86400.0),
+        0.0,
+        (0.0,) * 7,
+        0.0,
+        max(0.0, observed_s) / 86400.0,
+        "rate",
+        rate * 86400.0,
+        spent_usd,
+    )
 
 
 def theil_sen(x: FloatArray, y: FloatArray) -> tuple[float, float]:
@@ -386,6 +496,7 @@ def forecast_period(
     level: float = 0.9,
     spent_usd: float | None = None,
     day_elapsed: float = 0.0,
+    observed_s: float | None = None,
 ) -> PeriodForecast:
     """Period-end spend of a scope from its complete days ``daily_usd`` (day 0 = ``history_start``).
 
@@ -394,7 +505,9 @@ def forecast_period(
     ``spent_usd``: what the scope has spent in the period so far, today included — the figure a
     budget shows, from the one spend path — instead of the history days' sum; ``day_elapsed``: the
     fraction of the first forecast day (today) already past and counted in it, so only the rest of
-    today is forecast.
+    today is forecast. ``observed_s``: how long the scope's ledger has existed (default: the history
+    days); the interval is at least ``± z · rate_rel_se(observed_s) · rest`` (:func:`rate_rel_se`:
+    a flat history is not a certain future).
     """
     if period_end <= period_start:
         raise InputError("period_end must be after period_start", field="period_end")
@@ -422,11 +535,13 @@ def forecast_period(
     tf = np.arange((f0 - history_start).days, (f0 - history_start).days + h, dtype=np.float64)
     wf = (history_start.weekday() + tf.astype(np.int64)) % 7
     future = np.clip(a + b * tf + offsets[wf], 0.0, None)
+    per_day = float(future.mean()) if h else 0.0
     if h and f0 == first_future:
         future[0] *= 1.0 - min(1.0, max(0.0, day_elapsed))  # today's past part is in ``spent``
     rem = float(future.sum())
-    z = NormalDist().inv_cdf(min((1 + level) / 2, 1 - 1e-12))  # level → 1 rounds (1+level)/2 to 1.0
-    half = z * sigma * math.sqrt(h)
+    z = _z(level)
+    observed = n * 86400.0 if observed_s is None else observed_s
+    half = max(z * sigma * math.sqrt(h), z * rate_rel_se(observed) * rem)
     return PeriodForecast(
         period_start,
         period_end,
@@ -440,8 +555,10 @@ def forecast_period(
         b,
         tuple(float(o) for o in offsets),
         sigma,
-        n,
+        observed / 86400.0,
         method,
+        per_day,
+        spent,
     )
 
 

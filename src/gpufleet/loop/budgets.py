@@ -36,6 +36,7 @@ from gpufleet.cost.budgets.status import (
     check_block,
     enforcing,
     limit_severity,
+    stretch_ended,
 )
 from gpufleet.cost.budgets.throttle import ThrottleRule
 from gpufleet.cost.job_estimate import estimate_for, usd_per_gpu_hour
@@ -90,7 +91,12 @@ class BudgetBook(Protocol):
         ...
 
     def over_since(self, budget: Budget, period: Period) -> float | None:
-        """When the budget was first recorded over its limit in the period."""
+        """Since when the budget has been over its limit in the period (None: it is not)."""
+        ...
+
+    def set_over_since(self, budget: Budget, period: Period, since: float | None) -> None:
+        """Start (``since``) or end (None) the over-the-limit stretch of a period whose limit
+        crossing is recorded (:meth:`record`); nothing when it is not."""
         ...
 
     def record(
@@ -129,7 +135,17 @@ def evaluate(book: BudgetBook, budget: Budget, now: float) -> Evaluation:
             ev.new_alerts.append(th.percent)
     if status.over and budget.action != "alert" and all(t.percent != LIMIT_PERCENT for t in budget.thresholds):
         book.record(budget, period, LIMIT_PERCENT, limit_severity(budget), spend, now, limit_only=True)
-    ev.enforcing = enforcing(budget, book.over_since(budget, period), now)
+    # the stretch over the limit is judged again on every read of the spend: it starts again when
+    # the spend passes the limit after a raise (grace counts from now), and a throttle's ends when
+    # the spend is back under it
+    since = book.over_since(budget, period)
+    if since is None and status.over and budget.action != "alert":
+        book.set_over_since(budget, period, now)
+        since = book.over_since(budget, period)
+    elif since is not None and stretch_ended(budget, status.over):
+        book.set_over_since(budget, period, None)
+        since = None
+    ev.enforcing = enforcing(budget, since, now, over=status.over)
     return ev
 
 
@@ -155,7 +171,8 @@ def block_refusal(
             continue
         if since is None and budget.grace_s > 0:
             spent = book.spend(budget.scope, period, now)
-            book.record(budget, period, LIMIT_PERCENT, limit_severity(budget), spent, now, limit_only=True)
+            if not book.record(budget, period, LIMIT_PERCENT, limit_severity(budget), spent, now, limit_only=True):
+                book.set_over_since(budget, period, now)  # crossed before, then its limit was raised
             continue  # the grace window starts now: this job is the first one in it
         return BudgetExceededError(budget, total, job_cost_usd)
     return None
@@ -263,6 +280,9 @@ class LedgerBook:
         self.rules = rules
         self.alerts: list[dict[str, Any]] = []
         self._recorded: dict[tuple[str, float, float], float] = {}
+        # (budget, period start) → since when over its limit, once a stretch ended or started again
+        # (absent: since the limit crossing was recorded)
+        self._over_since: dict[tuple[str, float], float | None] = {}
 
     def budgets(self) -> Sequence[Budget]:
         return self._budgets
@@ -286,7 +306,14 @@ class LedgerBook:
         return self.spend(scope, period, now) + sum(estimate_for(j, price_of(j), now).cost_usd for j in unfinished)
 
     def over_since(self, budget: Budget, period: Period) -> float | None:
+        key = (budget.id, period.start)
+        if key in self._over_since:
+            return self._over_since[key]
         return self._recorded.get((budget.id, period.start, LIMIT_PERCENT))
+
+    def set_over_since(self, budget: Budget, period: Period, since: float | None) -> None:
+        if (budget.id, period.start, LIMIT_PERCENT) in self._recorded:
+            self._over_since[(budget.id, period.start)] = since
 
     def record(
         self,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -49,13 +49,15 @@ from gpufleet.cost.anomaly import Anomaly, AnomalyConfig, KeyFilter, scan_ledger
 from gpufleet.cost.budgets.model import OWNED_SCOPE_KINDS, Budget, Scope, make_budget
 from gpufleet.cost.budgets.status import budget_status, enforcing
 from gpufleet.cost.budgets.throttle import ThrottleRule
+from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.job_estimate import estimate_job_cost, usd_per_gpu_hour
 from gpufleet.cost.periods import DAY_S, Period, iso, last_complete_day, zone
 from gpufleet.cost.rules import PricingRules
 from gpufleet.cost.spend import job_costs_usd, scope_spend_usd
-from gpufleet.errors import InputError, PermissionDeniedError
+from gpufleet.errors import CatalogError, InputError, PermissionDeniedError
 from gpufleet.loop.budgets import Evaluation, Overrun, block_refusal, evaluate, overrun
 from gpufleet.model.gpu import MILLI
+from gpufleet.model.node import CapacityType
 from gpufleet.model.share import milli_gpus
 from gpufleet.notify.channels import deliver, validate_channels
 from gpufleet.notify.outbox import DispatchStats, Outbox, Sender
@@ -137,6 +139,30 @@ def gpu_hour_price(s: Session, gpu_types: Sequence[str] = ()) -> float:
     """The price of a GPU-hour for estimates (:func:`gpufleet.cost.job_estimate.usd_per_gpu_hour`)
     over the store's nodes: the dearest per-GPU price among those the job may use."""
     return usd_per_gpu_hour(usage_repo.gpu_node_prices(s), gpu_types)
+
+
+def plan_gpu_hour_price(s: Session, gpu_types: Sequence[str], catalog: Callable[[], PriceCatalog]) -> tuple[float, str]:
+    """The $/GPU-hour a plan (``/v1/budgets/check``) is priced at, and its basis: the cluster's own
+    price (:func:`gpu_hour_price`) when the job may run on the GPU nodes the store knows; when it
+    asks for GPU types no node has, the price catalog's on-demand price for them (the dearest),
+    because pricing an H100 plan at the cluster's A100 price would understate it — such a submit
+    is refused anyway (:func:`gpufleet.services.submit.check_fits_store` says why), but the plan's
+    cost is what it would be once the cluster has that GPU. ``catalog`` is loaded only then."""
+    nodes = usage_repo.gpu_node_prices(s)
+    missing = bool(gpu_types) and not any(count > 0 and model in gpu_types for model, count, _ in nodes)
+    if missing:
+        quotes = []
+        book = catalog()
+        for model in gpu_types:
+            try:
+                q = book.quote(model, CapacityType.ON_DEMAND)
+            except CatalogError:
+                continue
+            quotes.append((q.usd_per_gpu_hour, f"catalog {q.entry.provider} {q.entry.region} {q.entry.offering}"))
+        if quotes:
+            price, where = max(quotes)
+            return price, f"{where}: the cluster has no {' or '.join(gpu_types)} node"
+    return usd_per_gpu_hour(nodes, gpu_types), "cluster"
 
 
 def job_row_gpus(row: JobRow) -> float:
@@ -259,7 +285,7 @@ def budget_status_out(s: Session, row: BudgetRow, now: float, rules: PricingRule
     spend = scope_spend(s, b.scope, period.start, period.end, now, rules=rules)
     committed = committed_spend(s, b.scope, period, now, rules=rules)
     status = budget_status(b, period, spend, now, committed.total_usd)
-    in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now)
+    in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now, over=status.over)
     alerts = budgets_repo.alerts_of(s, b.id, period.start, period.end)
     sent: dict[int, Counter[str]] = {}
     for n in budgets_repo.notifications_of(s, (a.id for a in alerts)):
@@ -314,6 +340,9 @@ class SqlBook:
 
     def over_since(self, budget: Budget, period: Period) -> float | None:
         return budgets_repo.over_since(self.s, budget.id, period.start)
+
+    def set_over_since(self, budget: Budget, period: Period, since: float | None) -> None:
+        budgets_repo.set_over_since(self.s, budget.id, period.start, since)
 
     def record(
         self,

@@ -176,6 +176,8 @@ def check_budget_for_plan(
     options.sort(key=lambda o: o.cost_usd)
 
     plan = f"{gpus}× {model or 'GPU'} for {hours_text(hours)} at {usd(price)}/GPU-h"
+    if base.price_basis != "cluster":
+        plan += f" ({base.price_basis})"
     if tight is None:
         summary = f"Forecast {usd(forecast)} ({plan}); no budget this token can see covers it."
     elif over is not None:
@@ -188,6 +190,8 @@ def check_budget_for_plan(
             f"Forecast {usd(forecast)} ({plan}) fits budget '{tight.name}': {usd(rem or 0.0)} left, "
             f"{usd((rem or 0.0) - forecast)} after it."
         )
+    if base.submit_refused is not None:  # said first: no budget matters if the submit is refused
+        summary = f"A real submit would be refused ({base.submit_refused}). " + summary
     if options:
         summary += (
             " Options: "
@@ -208,6 +212,8 @@ def check_budget_for_plan(
         spot=spot,
         forecast_usd=forecast,
         usd_per_gpu_hour=price,
+        price_basis=base.price_basis,
+        submit_refused=base.submit_refused,
         spot_forecast_usd=spot_forecast,
         fits=base.fits,
         blocked=base.blocked,

@@ -152,7 +152,7 @@ def compute_money(ctx: ApiContext) -> Money:
             period = b.period_at(now)
             spent = scope_spend(s, b.scope, period.start, period.end, now, rules=rules)
             status = budget_status(b, period, spent, now)
-            in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now)
+            in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now, over=status.over)
             budgets.append((b.name, b.action, status.spend_usd, b.limit_usd, status.percent, in_force))
     return Money(cost, pod_cost, budgets, pod_teams, budget_teams)
 

@@ -19,7 +19,8 @@ from gpufleet.api.problems import input_at
 from gpufleet.cost.budgets.model import Budget
 from gpufleet.cost.budgets.status import check_block
 from gpufleet.cost.job_estimate import estimate_job_cost
-from gpufleet.errors import NotFoundError
+from gpufleet.errors import InputError, NotFoundError
+from gpufleet.io.catalog import load_catalog
 from gpufleet.model.share import milli_gpus
 from gpufleet.notify.channels import masked, public_channel
 from gpufleet.services.budgets import (
@@ -28,9 +29,9 @@ from gpufleet.services.budgets import (
     budgets_covering,
     check_project,
     committed_spend,
-    gpu_hour_price,
+    plan_gpu_hour_price,
 )
-from gpufleet.services.submit import prepare_submit
+from gpufleet.services.submit import check_fits_store, prepare_submit
 from gpufleet.store.models import BudgetRow
 from gpufleet.store.repo import budgets as budgets_repo
 from gpufleet.wire import (
@@ -131,7 +132,12 @@ def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
     now = ctx.clock.now()
     with ctx.database.session(readonly=True) as s:
         check_project(s, f["project"], prepared.team)
-        price = gpu_hour_price(s, tuple(f["gpu_types"]))
+        price, price_basis = plan_gpu_hour_price(s, tuple(f["gpu_types"]), load_catalog)
+        refused = None
+        try:
+            check_fits_store(s, f)  # the submit's own feasibility rules: would it be refused (422)?
+        except InputError as e:
+            refused = str(e)
         gpus = milli_gpus(f["pods"] * f["gpus"] * f["gpu_milli"])
         est = estimate_job_cost(
             gpus, price, estimated_runtime_s=f["estimated_runtime_s"], max_runtime_s=f["max_runtime_s"]
@@ -175,6 +181,8 @@ def check_job(body: JobSubmit, ctx: Ctx, who: Caller) -> BudgetCheckOut:
         fits=all(line.fits for line in lines),
         blocked=blocked,
         budgets=lines,
+        price_basis=price_basis,
+        submit_refused=refused,
     )
 
 

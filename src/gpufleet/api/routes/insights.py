@@ -30,14 +30,18 @@ from gpufleet.cost.forecast import (
     daily_totals,
     forecast_job,
     forecast_period,
+    forecast_rate,
     job_cost_rate,
+    with_floor,
 )
+from gpufleet.cost.periods import Period
 from gpufleet.cost.recommend import RecommendConfig, recommend
 from gpufleet.cost.roi import roi_report
 from gpufleet.cost.rules import apply_rules
 from gpufleet.cost.spend import scope_spend_usd, spend_report
 from gpufleet.errors import ConflictError
 from gpufleet.io.catalog import load_catalog
+from gpufleet.services.budgets import committed_spend, gpu_hour_price, job_row_gpus
 from gpufleet.store import repo, usage_repo
 from gpufleet.wire import (
     AnomalyCauseOut,
@@ -91,8 +95,15 @@ def _job_forecast(ctx: Ctx, job_id: str, who: Caller, now: float) -> JobForecast
         since = min(job.submitted_at, started if started is not None else job.submitted_at)
         ledger = repo.load_ledger(s, since, now, now) if now > since else None
         estimate, max_rt = job.estimated_runtime_s, job.max_runtime_s
+        runs = repo.run_spans(s, job_id)
+        # the price it will likely run at: its GPUs at the GPU-hour price of its type (as a
+        # budget's committed spend prices it)
+        likely = job_row_gpus(job) * gpu_hour_price(s, tuple(sorted(job.gpu_types or ())))
     spent, held = job_cost_rate(ledger, job_id, now, rules=ctx.pricing_rules) if ledger is not None else (0.0, 0.0)
-    rate = spent / (held / 3600.0) if held > 0 else 0.0
+    running = bool(runs) and runs[-1][1] is None
+    # a running job costs what the ledger charges it; one waiting (queued or preempted) will cost
+    # what its next run will, not $0 nor its last node's price
+    rate = spent / (held / 3600.0) if running and held > 0 else likely
     return _forecast_out(
         forecast_job(
             job_id,
@@ -103,6 +114,7 @@ def _job_forecast(ctx: Ctx, job_id: str, who: Caller, now: float) -> JobForecast
             started_at=started,
             estimated_runtime_s=estimate,
             max_runtime_s=max_rt,
+            runs=runs,
         )
     )
 
@@ -159,25 +171,59 @@ def spend_forecast(
     p_start, p_end = _period(period, today)
     h_start = min(p_start, today - timedelta(days=HISTORY_DAYS))
     first = datetime(h_start.year, h_start.month, h_start.day, tzinfo=UTC).timestamp()
-    days = (today - h_start).days
-    with ctx.database.session(readonly=True) as s:
-        ledger = repo.load_ledger(s, first, now, now)
-    keys, matrix, totals = daily_totals(
-        ledger, first, days, aggregate=("team",), as_of=today_start, rules=ctx.pricing_rules
-    )
-    series = totals if team is None else (matrix[:, keys.index((team,))] if (team,) in keys else totals * 0)
-    # spent so far in the period, today included, from the one spend path: a team's is what its
-    # budget shows (its jobs' charges), the cluster's what its nodes cost
     period_start_ts = datetime(p_start.year, p_start.month, p_start.day, tzinfo=UTC).timestamp()
-    if team is None:
-        rep = spend_report(ledger, period_start_ts, now, rules=ctx.pricing_rules, as_of=now)
-        spent = float(rep.totals.total_cost_usd)
-    else:
-        spent = scope_spend_usd(ledger, ctx.pricing_rules, Scope("team", team), period_start_ts, now, as_of=now)
+    period_end_ts = datetime(p_end.year, p_end.month, p_end.day, tzinfo=UTC).timestamp()
+    scope = Scope("all", "") if team is None else Scope("team", team)
+    with ctx.database.session(readonly=True) as s:
+        # history is the ledger's: days before the server existed are not days it spent nothing
+        born = repo.ledger_start(s)
+        ledger = repo.load_ledger(s, first, now, now)
+        # what unfinished jobs are expected to cost (as a budget's committed spend counts it)
+        rest = committed_spend(s, scope, Period(period_start_ts, period_end_ts), now, rules=ctx.pricing_rules)
+    born = now if born is None else min(born, now)
+    observed_s = now - born
+    # the first complete day of the ledger (the day it started, if it started at midnight)
+    first_full = born if _day_start(born) == born else _day_start(born) + DAY_S
+    if first_full > first:
+        first = first_full
+        h_start = datetime.fromtimestamp(first, UTC).date()
+    days = max(0, (today - h_start).days)
+
+    def spend(a: float) -> float:
+        # from the one spend path: a team's is what its budget shows (its jobs' charges), the
+        # cluster's what its nodes cost
+        if team is None:
+            return float(spend_report(ledger, a, now, rules=ctx.pricing_rules, as_of=now).totals.total_cost_usd)
+        return scope_spend_usd(ledger, ctx.pricing_rules, scope, a, now, as_of=now)
+
+    spent = spend(period_start_ts)  # so far in the period, today included
     with input_at("query"):
-        f = forecast_period(
-            series, h_start, p_start, p_end, level=level, spent_usd=spent, day_elapsed=(now - today_start) / 86400.0
-        )
+        if days < 3:  # a young server: the rate it has spent at since its ledger started
+            f = forecast_rate(
+                spent,
+                spend(born) if observed_s > 0 else 0.0,
+                observed_s,
+                p_start,
+                p_end,
+                period_end_ts - now,
+                level=level,
+            )
+        else:
+            keys, matrix, totals = daily_totals(
+                ledger, first, days, aggregate=("team",), as_of=today_start, rules=ctx.pricing_rules
+            )
+            series = totals if team is None else (matrix[:, keys.index((team,))] if (team,) in keys else totals * 0)
+            f = forecast_period(
+                series,
+                h_start,
+                p_start,
+                p_end,
+                level=level,
+                spent_usd=spent,
+                day_elapsed=(now - today_start) / 86400.0,
+                observed_s=observed_s,
+            )
+    f = with_floor(f, spent + rest.estimated_usd)
     return SpendForecastOut(
         scope="all" if team is None else f"team:{team}",
         period_start=ts(datetime(p_start.year, p_start.month, p_start.day, tzinfo=UTC).timestamp()),
@@ -193,7 +239,10 @@ def spend_forecast(
         weekday_offsets_usd=list(f.weekday_offsets_usd),
         residual_sd_usd=f.residual_sd_usd,
         history_days=f.history_days,
+        history_since=ts(born),
         method=f.method,
+        rate_usd_per_day=f.rate_usd_per_day,
+        floor_usd=f.floor_usd,
     )
 
 

@@ -37,7 +37,9 @@ class BudgetStatus:
 
     @property
     def over(self) -> bool:
-        return self.spend_usd >= self.limit_usd
+        """At or over the limit, with the cent of tolerance the 100 % threshold has
+        (:func:`crossed_thresholds`): the crossing and the verdict must agree."""
+        return self.spend_usd + 0.005 >= self.limit_usd
 
 
 def left_phrase(limit_usd: float, committed_usd: float) -> str:
@@ -105,12 +107,27 @@ def anomaly_dedup_key(budget_id: str, day_start: float) -> str:
     return f"gpufleet/budget/{budget_id}/{int(day_start)}/anomaly"
 
 
-def enforcing(budget: Budget, over_since: float | None, now: float) -> bool:
+def enforcing(budget: Budget, over_since: float | None, now: float, *, over: bool) -> bool:
     """Is ``budget``'s action (throttle, block) in force at ``now``? Only once it has been over its
-    limit for ``grace_s`` (``over_since``: when it was first found over in this period)."""
+    current limit for ``grace_s`` (``over_since``: since when, without coming back under it; None
+    once it is back under or its limit was raised) — judged again on every read of the spend:
+    ``over`` is whether the spend read now is at or over the limit as it is now. A throttle is
+    lifted as soon as the spend is under the limit (a raised limit, a re-priced ledger). A block
+    whose stretch a refused submit started (the committed spend, not the metered one, passed the
+    limit) stays in force after its grace while that stretch lasts: it refuses what does not fit."""
     if budget.action == "alert" or not budget.enabled or over_since is None:
         return False
+    if budget.action == "throttle" and not over:
+        return False
     return now - over_since >= budget.grace_s
+
+
+def stretch_ended(budget: Budget, over: bool) -> bool:
+    """Does an evaluation that finds the spend ``over`` (or not) end the budget's over-the-limit
+    stretch? For a throttle, as soon as the spend is back under its limit. A block's stretch may
+    have been started by a refused submit with the spend still under the limit (the grace window
+    of :func:`gpufleet.loop.budgets.block_refusal`): only a raised limit ends it, or the period."""
+    return not over and budget.action == "throttle"
 
 
 class BudgetExceededError(ConflictError):

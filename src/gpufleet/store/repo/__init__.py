@@ -132,6 +132,7 @@ from gpufleet.store.repo.runs import (
     request_stop,
     run_history,
     run_seconds,
+    run_spans,
 )
 from gpufleet.store.repo.scrape import (
     admissions_by_team,
@@ -276,6 +277,7 @@ __all__ = [
     "run_fields",
     "run_history",
     "run_seconds",
+    "run_spans",
     "running_jobs_with_budget",
     "scope_of",
     "state_changes_since",

@@ -150,8 +150,12 @@ def list_budgets(s: Session, *, enabled_only: bool = False) -> list[BudgetRow]:
 
 
 def update_budget(s: Session, ref: str, budget: Budget, now: float) -> BudgetRow:
+    """Replace a budget. A raised limit ends its over-the-limit stretch (:func:`set_over_since`
+    None in every period): the action was judged against the old limit, and the next evaluation
+    starts it again (with its grace) only if the spend is over the new one."""
     row = get_budget(s, ref)
     check_project_free(s, budget, exclude_id=row.id)
+    raised = budget.limit_usd > row.limit_usd
     for k, v in _values(budget).items():
         setattr(row, k, v)
     row.updated_at = now
@@ -160,6 +164,10 @@ def update_budget(s: Session, ref: str, budget: Budget, now: float) -> BudgetRow
             s.flush()
     except IntegrityError:
         raise ConflictError(f"a budget named '{budget.name}' already exists") from None
+    if raised:
+        for alert in _limit_alerts(s, row.id):
+            _set_over_since(alert, None)
+        s.flush()
     return row
 
 
@@ -343,15 +351,41 @@ def alerts_of(
     return list(s.scalars(q.order_by(BudgetAlertRow.period_start, BudgetAlertRow.threshold)))
 
 
+# The limit crossing of a period (its 100 % alert row) fires once; when the budget has been over its
+# limit since — which starts and stops — is kept in that row's details under this key (absent: since
+# the alert fired; None: not over now), so no migration and no second row is needed.
+OVER_SINCE_KEY: Final = "over_since"
+
+
+def _limit_alerts(s: Session, budget_id: str, period_start: float | None = None) -> list[BudgetAlertRow]:
+    q = select(BudgetAlertRow).where(BudgetAlertRow.budget_id == budget_id, BudgetAlertRow.threshold == LIMIT_PERCENT)
+    if period_start is not None:
+        q = q.where(BudgetAlertRow.period_start == period_start)
+    return list(s.scalars(q))
+
+
+def _set_over_since(alert: BudgetAlertRow, since: float | None) -> None:
+    alert.details = {**(alert.details or {}), OVER_SINCE_KEY: since}  # a new dict: JSON columns track assignment
+
+
 def over_since(s: Session, budget_id: str, period_start: float) -> float | None:
-    """When the budget was first found over its limit in the period (its 100 % alert), if it was."""
-    return s.scalar(
-        select(BudgetAlertRow.fired_at).where(
-            BudgetAlertRow.budget_id == budget_id,
-            BudgetAlertRow.period_start == period_start,
-            BudgetAlertRow.threshold == LIMIT_PERCENT,
-        )
-    )
+    """Since when the budget has been over its limit in the period, without coming back under it
+    (grace counts from it); None when it is not over (or was never found over)."""
+    rows = _limit_alerts(s, budget_id, period_start)
+    if not rows:
+        return None
+    details = rows[0].details or {}
+    since = details[OVER_SINCE_KEY] if OVER_SINCE_KEY in details else rows[0].fired_at
+    return None if since is None else float(since)
+
+
+def set_over_since(s: Session, budget_id: str, period_start: float, since: float | None) -> None:
+    """Start (``since``) or end (None) the budget's over-the-limit stretch in the period, on its limit
+    crossing row (nothing when the limit was never crossed in the period: its first crossing is
+    the row's insert, :func:`insert_alert`)."""
+    for alert in _limit_alerts(s, budget_id, period_start):
+        _set_over_since(alert, since)
+    s.flush()
 
 
 def due_notifications(s: Session, now: float, limit: int = 50) -> list[NotificationRow]:

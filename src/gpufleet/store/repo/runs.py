@@ -136,6 +136,18 @@ def run_seconds(s: Session, job_ids: Collection[str], now: float) -> dict[str, f
     return out
 
 
+def run_spans(s: Session, job_id: str) -> list[tuple[float, float | None]]:
+    """The started runs of a job in order, as ``(started, ended or None while open)``: the time it
+    actually ran (a forecast measures a job's rate and its estimate's run-down over these, not over
+    its waits between a preemption and the next run)."""
+    q = (
+        select(RunRow.started_at, RunRow.ended_at)
+        .where(RunRow.job_id == job_id, RunRow.started_at.is_not(None))
+        .order_by(RunRow.run)
+    )
+    return [(float(a), None if b is None else float(b)) for a, b in s.execute(q) if a is not None]
+
+
 def open_run_placements(s: Session) -> list[list[dict[str, Any]]]:
     """The placement JSON of every run that has not ended (``[{node, gpus, milli, mig_mask}]``)."""
     return [list(p or []) for p in s.scalars(select(RunRow.placement).where(RunRow.ended_at.is_(None)))]

@@ -3,7 +3,7 @@
 
 import * as api from "../api.js";
 import { budgetGauge } from "../charts.js";
-import { day, fill, h, money, num, pct, table, when } from "../dom.js";
+import { day, duration, fill, h, money, num, pct, table, when } from "../dom.js";
 import { card } from "./nodes.js";
 
 function stateOf(b, st) {
@@ -41,8 +41,8 @@ export function budgetsPage(el, ctx) {
               "div",
               { class: "cards" },
               card(`Spent this month (${fc.scope === "all" ? "cluster" : fc.scope})`, money(fc.spent_usd)),
-              card("Forecast at month end", money(fc.total_usd), `${Math.round(fc.level * 100)}% interval ${money(fc.low_usd)} – ${money(fc.high_usd)}`),
-              card("Trend", `${money(fc.trend_usd_per_day)}/day`, `${fc.days_left} days left · ${fc.history_days} days of history`),
+              card("Forecast at month end", money(fc.total_usd), `${Math.round(fc.level * 100)}% interval ${money(fc.low_usd)} – ${money(fc.high_usd)} · at least ${money(fc.floor_usd)} (spent + unfinished jobs)`),
+              card(fc.method === "rate" ? "Rate so far" : "Run rate", `${money(fc.rate_usd_per_day)}/day`, `${fc.days_left} days left · ${duration(fc.history_days * 86400)} of history`),
             )
           : null,
       );
