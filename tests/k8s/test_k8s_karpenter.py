@@ -300,7 +300,7 @@ def test_the_cycle_says_why_a_job_waits_as_a_kind_not_as_text() -> None:
         job("fits").gpus(2).team("free").at(0).build(),
         job("full").gpus(1).team("free").at(1).build(),  # no room left after "fits"
         job("huge").gpus(8).team("free").at(2).build(),  # no node could ever hold it
-        job("quota").gpus(2).team("q").at(3).build(),  # beyond its team's quota
+        job("quota").gpus(2).team("q").at(3).build(),  # beyond its team's quota: never admitted (issue 23)
         job("budget").gpus(1).team("b").at(4).build(),
     ]
     limits = [CapacityLimit("budget 'b'", lambda j: j.team == "b", scope="team:b", max_gpus=0)]
@@ -310,6 +310,6 @@ def test_the_cycle_says_why_a_job_waits_as_a_kind_not_as_text() -> None:
     assert kinds == {
         "full": (Code.UNSCHEDULABLE, WaitKind.CAPACITY),
         "huge": (Code.UNRESOLVABLE, WaitKind.CAPACITY),
-        "quota": (Code.UNSCHEDULABLE, WaitKind.QUOTA),
+        "quota": (Code.UNRESOLVABLE, WaitKind.QUOTA),
         "budget": (Code.UNSCHEDULABLE, WaitKind.BUDGET),
     }

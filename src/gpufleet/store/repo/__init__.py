@@ -58,6 +58,7 @@ from gpufleet.store.repo.budgets import (
     project_owner,
     running_jobs_with_budget,
     scope_of,
+    set_over_since,
     unfinished_jobs,
     update_budget,
 )
@@ -280,6 +281,7 @@ __all__ = [
     "run_spans",
     "running_jobs_with_budget",
     "scope_of",
+    "set_over_since",
     "state_changes_since",
     "submit_job",
     "team_jobs_matching",
