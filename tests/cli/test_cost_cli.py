@@ -134,3 +134,12 @@ def test_roi_flag(real: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     res = run("cost", "--roi", "--last", "7d", "--team", "alpha")
     assert res.exit_code == 0 and res.stdout == "roi report\n"
     assert seen == {"window": "7d", "by": ["team"], "team": "alpha", "fmt": "table"}
+
+
+def test_roi_refuses_an_unknown_format_before_asking_the_server() -> None:
+    """Issue 23 (11): ``roi --format xml`` reached the server, then printed a table. The option is
+    judged first: against a closed port the error is the option's, not the connection's."""
+    res = run("roi", "--format", "xml", "--url", "http://127.0.0.1:9")
+    assert res.exit_code == 2, res.output
+    line = one_error_line(res)
+    assert "--format" in line and "'xml'" in line, line

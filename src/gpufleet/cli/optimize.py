@@ -14,7 +14,7 @@ from gpufleet.cli import jobs
 from gpufleet.cli.common import console, handle_errors
 from gpufleet.cli.jobs import JsonOpt, TokenOpt, UrlOpt
 from gpufleet.cli.progress import interactive, progress_bar
-from gpufleet.cli.render import Col, emit_json, humanize_duration, make_table, money, note
+from gpufleet.cli.render import Col, bad_option, emit_json, humanize_duration, make_table, money, note
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -71,6 +71,9 @@ def optimize(
         console.print(f"up to {money(total)}/month if every recommendation is taken (they may overlap)")
 
 
+ROI_FORMATS = ("table", "json", "csv")
+
+
 def render_roi(report: "RoiOut", fmt: str = "table") -> str:
     """The ROI report as text (``table``, ``json`` or ``csv``)."""
     from gpufleet.cost.roi import format_roi
@@ -90,6 +93,8 @@ def roi_command(
     token: TokenOpt = None,
 ) -> None:
     """Savings against a fixed on-demand cluster sized for the peak, by lever, with payback."""
+    if fmt not in ROI_FORMATS:  # judged before the server is asked
+        raise bad_option("--format", f"{fmt!r} is not one of {', '.join(ROI_FORMATS)}")
     with jobs.make_client(url, token) as client:
         report = client.roi(window, platform_cost, platform_cost_per_month)
     typer.echo(render_roi(report, fmt), nl=False)
