@@ -157,14 +157,27 @@ def test_retry_after_is_honoured_and_backoff_grows() -> None:
 
 
 def test_connection_errors_become_server_unavailable_after_all_tries() -> None:
-    rec = Recorder(httpx.ConnectError("connection refused"))
-    c, sleeps = client_for(rec, retries=3)
+    """A server this client has had an answer from (a restart in progress) gets every retry."""
+    rec = Recorder(httpx.Response(200, json=job_json()), httpx.ConnectError("connection refused"))
+    c, sleeps = client_for(rec, retries=5)
+    c.get("j1")
     with pytest.raises(ServerUnavailable) as ei:
         c.get("j1")
-    assert len(rec.requests) == 4 and len(sleeps) == 3
+    assert len(rec.requests) == 1 + 6 and len(sleeps) == 5
     msg = str(ei.value)
     assert URL in msg and "gpufleet up" in msg and "\n" not in msg
     assert isinstance(ei.value, GpufleetError)
+
+
+def test_a_server_never_reached_is_reported_after_two_retries() -> None:
+    """Issue 23 (11): an unreachable server took 7 s to report (6 tries with back-off). A refused
+    connection to a server this client never reached is a wrong URL or a server not up: 3 tries."""
+    rec = Recorder(httpx.ConnectError("connection refused"))
+    c, sleeps = client_for(rec, retries=5)
+    with pytest.raises(ServerUnavailable) as ei:
+        c.get("j1")
+    assert len(rec.requests) == 3 and len(sleeps) == 2
+    assert "after 3 attempts" in str(ei.value)
 
 
 def test_timeouts_are_retried_too() -> None:

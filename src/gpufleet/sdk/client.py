@@ -97,6 +97,18 @@ T = TypeVar("T")
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 PAGE_SIZE = 100
 _RETRYABLE_TRANSPORT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+# A refused connection to a server this client has never reached is most likely a wrong URL or a
+# server that is not up: retried this many times (~0.6 s), not the whole policy (~5 s). Once the
+# client has had an answer, a refusal is a restart in progress and gets every retry.
+NEVER_REACHED_RETRIES = 2
+
+
+def _tries_left(retries: int, reached: bool, error: BaseException) -> int:
+    """The retries a transport error gets (see :data:`NEVER_REACHED_RETRIES`)."""
+    if not reached and isinstance(error, httpx.ConnectError):
+        return min(retries, NEVER_REACHED_RETRIES)
+    return retries
+
 
 # An MLflow run a job names (the server's gpufleet.integrations.mlflow_sync.RUN_LABEL; the SDK imports nothing of it)
 MLFLOW_RUN_LABEL = "mlflow-run-id"
@@ -151,6 +163,7 @@ class Client:
         self.token = resolve_token(token)
         self.timeout = timeout
         self._policy = _RetryPolicy(max(0, retries), max(0.0, backoff))
+        self._reached = False  # has this client ever had an answer from the server?
         self._sleep: Callable[[float], None] = time.sleep
         self._http = httpx.Client(base_url=self.url, headers=_headers(self.token), timeout=timeout, transport=transport)
 
@@ -188,13 +201,14 @@ class Client:
             try:
                 resp = self._http.send(request, stream=stream)
             except _RETRYABLE_TRANSPORT as e:
-                if attempt >= self._policy.retries:
+                if attempt >= _tries_left(self._policy.retries, self._reached, e):
                     raise ServerUnavailable(self.url, e, attempt + 1) from None
                 self._sleep(self._policy.delay(attempt, None))
                 attempt += 1
                 continue
             except httpx.TransportError as e:  # a bad URL or proxy: retrying will not help
                 raise ServerUnavailable(self.url, e) from None
+            self._reached = True
             if resp.status_code in RETRY_STATUSES and attempt < self._policy.retries:
                 retry_after = resp.headers.get("Retry-After")
                 resp.close()
@@ -526,6 +540,7 @@ class AsyncClient:
         self.token = resolve_token(token)
         self.timeout = timeout
         self._policy = _RetryPolicy(max(0, retries), max(0.0, backoff))
+        self._reached = False  # has this client ever had an answer from the server?
         self._sleep: Callable[[float], Any] = asyncio.sleep
         self._http = httpx.AsyncClient(
             base_url=self.url, headers=_headers(self.token), timeout=timeout, transport=transport
@@ -565,13 +580,14 @@ class AsyncClient:
             try:
                 resp = await self._http.send(request, stream=stream)
             except _RETRYABLE_TRANSPORT as e:
-                if attempt >= self._policy.retries:
+                if attempt >= _tries_left(self._policy.retries, self._reached, e):
                     raise ServerUnavailable(self.url, e, attempt + 1) from None
                 await self._sleep(self._policy.delay(attempt, None))
                 attempt += 1
                 continue
             except httpx.TransportError as e:
                 raise ServerUnavailable(self.url, e) from None
+            self._reached = True
             if resp.status_code in RETRY_STATUSES and attempt < self._policy.retries:
                 retry_after = resp.headers.get("Retry-After")
                 await resp.aclose()
