@@ -536,3 +536,31 @@ def test_a_budget_refusal_is_a_conflict_with_the_budget_checks_exit_code() -> No
     assert isinstance(err, BudgetExceeded) and isinstance(err, ConflictError)
     assert exit_code_for(err) == EXIT_CONFLICT == 6
     assert "alpha-cap" in str(err)
+
+
+WAIT_BAR = [
+    # name, the job as the last poll saw it, (total, completed) the bar shows
+    ("running against its estimate", {"state": "RUNNING", "estimated_runtime_s": 100.0}, "part"),
+    ("succeeded: full", {"state": "SUCCEEDED", "run_seconds": 98.0}, "full"),
+    ("failed: full (it ended)", {"state": "FAILED", "reason": "exit 1"}, "full"),
+    ("pending: no bar yet", {"state": "PENDING"}, "none"),
+]
+
+
+@pytest.mark.parametrize(("name", "over", "want"), WAIT_BAR, ids=[w[0] for w in WAIT_BAR])
+def test_the_wait_bar_ends_full(name: str, over: dict[str, Any], want: str) -> None:
+    """Issue 23 (11): ``gpufleet wait``'s bar ended at 0 % when the job finished."""
+    from datetime import UTC, datetime, timedelta
+
+    from gpufleet.cli.progress import _job_line
+    from gpufleet.wire import JobOut
+
+    started = (datetime.now(UTC) - timedelta(seconds=40)).isoformat()
+    job = JobOut.model_validate({**job_json("j1"), "started_at": started, **over})
+    _desc, total, completed, _detail = _job_line(job)
+    if want == "full":
+        assert total is not None and completed == total
+    elif want == "part":
+        assert total == 100.0 and 30.0 <= completed < 100.0
+    else:
+        assert total is None

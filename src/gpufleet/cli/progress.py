@@ -120,6 +120,9 @@ def _job_line(job: JobOut) -> tuple[str, float | None, float, str]:
     from gpufleet.cli.render import humanize_duration, state_text
 
     desc = f"{job.id} {state_text(job.state)}"
+    if job.terminal:  # ended: the bar is full, whatever it showed while the job ran
+        took = job.run_seconds
+        return desc, 1.0, 1.0, f"ran {humanize_duration(took)}" if took else job.reason[:40]
     if job.state == "RUNNING" and job.started_at is not None:
         elapsed = (datetime.now(job.started_at.tzinfo) - job.started_at).total_seconds()
         expected = job.estimated_runtime_s or job.max_runtime_s
