@@ -335,6 +335,7 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpufleet_admissions": ("counter", ("team",)),
     "gpufleet_preemptions": ("counter", ("team", "reason")),
     "gpufleet_spot_interruptions": ("counter", ("team",)),
+    "gpufleet_preemption_waste_gpu_seconds": ("counter", ("team", "cause")),
     "gpufleet_autoscaler_decisions": ("counter", ("pool", "action")),
 }
 DCGM_FAMILIES = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE")

@@ -191,6 +191,8 @@ def whatif(
         ("jct_p95_s", "JCT p95"),
         ("utilization", "utilization"),
         ("completed", "completed"),
+        ("waste_gpu_hours", "preemption waste (GPU-h)"),
+        ("waste_share", "waste share"),
     ):
         bv, vv = b[key], v[key]
         delta = None if bv is None or vv is None else vv - bv
@@ -224,7 +226,7 @@ def _fmt(v: object, key: str = "", *, signed: bool = False) -> str:
         return sign + money(mag)
     if key.endswith("_s"):
         return sign + humanize_duration(mag)
-    if key == "utilization":
+    if key in ("utilization", "waste_share"):
         return f"{v:+.1%}" if signed else f"{v:.1%}"
     plus = "+" if signed else ""
     if isinstance(v, float):

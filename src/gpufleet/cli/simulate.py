@@ -104,7 +104,7 @@ def _fmt(v: object, key: str = "") -> str:
         return f"{v:.1f}s" if abs(v) < 60 else humanize_duration(v)
     if key.endswith("_usd"):
         return money(v)
-    if key == "utilization":
+    if key == "utilization" or key.endswith("_share"):
         return f"{v:.1%}"
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"

@@ -22,12 +22,13 @@ from gpufleet.clock import SimClock
 from gpufleet.cost.budgets.model import Budget
 from gpufleet.cost.ledger import Ledger
 from gpufleet.cost.spend import spend_report
+from gpufleet.cost.waste import WastedRun, waste_cause, waste_gpu_hours
 from gpufleet.errors import SchedulingError
 from gpufleet.loop.budgets import BudgetEnforcer, LedgerBook
 from gpufleet.loop.cluster import ClusterView
-from gpufleet.loop.state import MemoryState
+from gpufleet.loop.state import MemoryState, RunEnd
 from gpufleet.loop.world import LoopConfig, WorldLoop
-from gpufleet.model.job import Job
+from gpufleet.model.job import Job, JobState
 from gpufleet.model.node import Node, NodePool
 from gpufleet.model.share import milli_gpus
 from gpufleet.scheduling.cycle import Scheduler
@@ -137,6 +138,43 @@ def _settle(loop: WorldLoop, backend: SimBackend, now: float) -> None:
     loop.fail_waiting(now, lambda job_id: loop.waiting.get(job_id, "no capacity"))
 
 
+class _SimState(MemoryState):
+    """The in-memory store, also noting each requeued run's preemption waste (the GPU-hours redone,
+    :mod:`gpufleet.cost.waste`): the simulator reports it by cause, as the server's ``/metrics`` does
+    from its run rows. It reads the loop's run while the loop ends it (what it was asked to stop
+    for, a spot notice, its node), which the loop forgets right after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wasted: list[WastedRun] = []
+        self.loop: WorldLoop | None = None
+
+    def run_ended(self, end: RunEnd, now: float) -> JobState:
+        state = super().run_ended(end, now)
+        if end.state is JobState.PENDING and self.loop is not None:
+            self._note(end, self.loop)
+        return state
+
+    def _note(self, end: RunEnd, loop: WorldLoop) -> None:
+        job = end.job
+        ar = loop.active.get(job.id)
+        stop = ar.stopping if ar is not None else None
+        node = job.placement[0].node if job.placement else ""
+        capacity = "spot" if node and loop.cluster.is_spot(node) else ""
+        cause = waste_cause(end.outcome, stop.text if stop is not None else None, capacity)
+        if cause is None:  # a failed run retried: not a preemption
+            return
+        started = end.started_at if end.started_at is not None else end.ended_at
+        notice = ar.notice_at if ar is not None else None
+        hours = waste_gpu_hours(
+            milli_gpus(job.spec.total_gpu_milli),
+            end.ended_at - started,
+            job.spec.checkpoint_interval_s,
+            None if notice is None else notice - started,
+        )
+        self.wasted.append(WastedRun(job.id, job.spec.team, cause, hours))
+
+
 @dataclass
 class Simulation:
     trace: Trace
@@ -152,7 +190,7 @@ class Simulation:
     budgets: Sequence[Budget] = ()
 
     clock: SimClock = field(init=False)
-    state: MemoryState = field(init=False)
+    state: _SimState = field(init=False)
     backend: SimBackend = field(init=False)
     loop: WorldLoop = field(init=False)
     jobs: dict[str, Job] = field(init=False)
@@ -160,7 +198,7 @@ class Simulation:
     def __post_init__(self) -> None:
         o = self.options
         self.clock = SimClock(0.0)
-        self.state = MemoryState()
+        self.state = _SimState()
         self.backend = SimBackend(
             self.clock,
             self.nodes,
@@ -188,6 +226,7 @@ class Simulation:
             budgets=self.enforcer,
             max_gpus=max_gpus,
         )
+        self.state.loop = self.loop
         self.jobs = {}
         self.steps = 0
         self._samples: list[Sample] = []
@@ -272,6 +311,9 @@ class Simulation:
             if last is None or seg.start >= last[0]:
                 capacity[seg.job_id] = (seg.start, str(seg.capacity_type))
         records = []
+        wasted: dict[str, float] = {}
+        for w in self.state.wasted:
+            wasted[w.job_id] = wasted.get(w.job_id, 0.0) + w.gpu_hours
         for job in self.jobs.values():
             spec = job.spec
             start = job.first_start_time
@@ -296,6 +338,7 @@ class Simulation:
                     lost_work_s=job.lost_work_s,
                     capacity_type=capacity[job.id][1] if job.id in capacity else "",
                     spot_restarts=job.spot_restarts,
+                    waste_gpu_hours=wasted.get(job.id, 0.0),
                 )
             )
         budget_out = (
@@ -307,6 +350,7 @@ class Simulation:
             name=self.name,
             records=records,
             samples=self._samples,
+            wasted=list(self.state.wasted),
             makespan=now,
             events_processed=self.steps,
             config={

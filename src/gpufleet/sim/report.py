@@ -310,6 +310,12 @@ _SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
     ("preemptions", "preemptions", "int"),
     ("spot_restarts", "spot restarts", "int"),
     ("lost_work_s", "work lost to preemption", "dur"),
+    ("waste_gpu_hours", "preemption waste, GPU-hours redone", "num"),
+    ("waste_share", "preemption waste, share of GPU-hours", "pct"),
+    ("waste_priority_gpu_hours", "waste: priority preemptions (GPU-h)", "num"),
+    ("waste_quota_reclaim_gpu_hours", "waste: quota reclaims (GPU-h)", "num"),
+    ("waste_spot_interruption_gpu_hours", "waste: spot interruptions (GPU-h)", "num"),
+    ("waste_lost_gpu_hours", "waste: lost nodes or runs (GPU-h)", "num"),
     ("makespan_s", "makespan", "dur"),
     ("events_processed", "events processed", "int"),
 )

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.cost.waste import WastedRun, summarize_waste
 from gpufleet.errors import InputError
 
 FloatArray = npt.NDArray[np.float64]
@@ -57,6 +58,8 @@ class JobRecord:
     lost_work_s: float = 0.0  # work thrown away by preemptions (seconds)
     capacity_type: str = ""  # of the last run ("on-demand", "spot", "reserved"; "" if it never ran)
     spot_restarts: int = 0  # restarts caused by spot interruptions
+    # GPU-hours its stopped runs did after their last checkpoint (redone; gpufleet.cost.waste)
+    waste_gpu_hours: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,7 @@ class SimResult:
     config: dict[str, Any] = field(default_factory=dict)  # JSON-serializable description of the run
     makespan: float = 0.0  # time of the last event (seconds)
     events_processed: int = 0
+    wasted: list[WastedRun] = field(default_factory=list)  # each stopped run's preemption waste
 
     def sample_intervals(self) -> FloatArray:
         """How long each sample held (seconds): to the next sample, the last one to ``makespan``."""
@@ -114,6 +118,9 @@ class SimResult:
           ``total_cost_usd`` is the cluster cost when there are samples, else the job cost.
         - ``cost_per_gpu_hour_usd``: total cost / GPU-hours allocated to jobs (what a useful GPU-hour
           really cost, idle time included).
+        - ``waste_*``: preemption waste, the GPU-hours stopped runs did after their last checkpoint
+          (redone), in total and by cause, and its share of ``gpu_hours``; ``max_stops_per_job``:
+          the most runs of one job stopped (:func:`gpufleet.cost.waste.summarize_waste`).
         """
         recs = self.records
         n = len(recs)
@@ -175,6 +182,7 @@ class SimResult:
             "restarts": sum(r.restarts for r in recs),
             "spot_restarts": sum(r.spot_restarts for r in recs),
             "lost_work_s": float(sum(r.lost_work_s for r in recs)),
+            **summarize_waste(self.wasted, gpu_hours).flat(),
             "makespan_s": self.makespan,
             "events_processed": self.events_processed,
         }
@@ -212,6 +220,7 @@ class SimResult:
             "summary": {k: _clean(v) for k, v in self.summary().items()},
             "records": [{k: _clean(v) for k, v in asdict(r).items()} for r in self.records],
             "samples": [{k: _clean(v) for k, v in asdict(s).items()} for s in self.samples],
+            "wasted": [{k: _clean(v) for k, v in asdict(w).items()} for w in self.wasted],
         }
 
     def to_json_text(self) -> str:
@@ -225,6 +234,7 @@ class SimResult:
             name=str(data["name"]),
             records=[JobRecord(**r) for r in data.get("records", [])],
             samples=[Sample(**s) for s in data.get("samples", [])],
+            wasted=[WastedRun(**w) for w in data.get("wasted", [])],
             config=dict(data.get("config", {})),
             makespan=float(data.get("makespan", 0.0)),
             events_processed=int(data.get("events_processed", 0)),

@@ -138,6 +138,13 @@ class RunFigures:
     utilization: float | None
     spot_restarts: int
     lost_work_s: float
+    # preemption waste (GPU-hours redone, gpufleet.cost.waste), its share of gpu_hours, by cause
+    waste_gpu_hours: float = 0.0
+    waste_share: float | None = None
+    waste_priority_gpu_hours: float = 0.0
+    waste_quota_reclaim_gpu_hours: float = 0.0
+    waste_spot_interruption_gpu_hours: float = 0.0
+    waste_lost_gpu_hours: float = 0.0
 
     @classmethod
     def of(cls, result: SimResult, extra_idle_usd: float = 0.0) -> RunFigures:
@@ -159,6 +166,12 @@ class RunFigures:
             s["utilization"],
             int(s["spot_restarts"]),
             float(s["lost_work_s"]),
+            float(s["waste_gpu_hours"]),
+            s["waste_share"],
+            float(s["waste_priority_gpu_hours"]),
+            float(s["waste_quota_reclaim_gpu_hours"]),
+            float(s["waste_spot_interruption_gpu_hours"]),
+            float(s["waste_lost_gpu_hours"]),
         )
 
 

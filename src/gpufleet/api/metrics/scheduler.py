@@ -1,5 +1,6 @@
 """The scheduler's families of ``/metrics``: jobs by state, the queue and why it waits, GPUs held
-and on hand, queue waits, admissions, preemptions, spot interruptions and the autoscaler's decisions.
+and on hand, queue waits, admissions, preemptions and the work they wasted, spot interruptions and the
+autoscaler's decisions.
 
 Read from the store at every scrape (:class:`SchedulerRows`, one session with the other cheap
 families); the counters keep their high-water marks in the collector
@@ -16,6 +17,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from sqlalchemy.orm import Session
 
+from gpufleet.cost.waste import WastedRun, summarize_waste, waste_cause, waste_gpu_hours
 from gpufleet.model.gpu import MILLI
 from gpufleet.model.share import milli_gpus
 from gpufleet.scheduling.estimate import ROOM_WAITS
@@ -53,6 +55,7 @@ class SchedulerRows:
     waits: list[tuple[str, list[int], int, float]]  # per team: cumulative bucket counts, count, sum
     admissions: dict[str, int]
     requeues: list[tuple[str, str, int]]  # (team, reason, runs)
+    stopped: list[scrape.StoppedRun]  # the same runs, one each: their preemption waste
     scaled: list[tuple[str, str, int]]  # (pool, action, nodes)
 
     @classmethod
@@ -68,6 +71,7 @@ class SchedulerRows:
             waits=scrape.queue_wait_histogram(s, QUEUE_WAIT_BUCKETS),
             admissions=scrape.admissions_by_team(s),
             requeues=scrape.requeues_by_team(s),
+            stopped=scrape.stopped_runs(s),
             scaled=scrape.autoscaled_nodes(s),
         )
 
@@ -135,6 +139,7 @@ def scheduler_families(rows: SchedulerRows, high: Callable[[str, Sequence[str], 
         spot.add_metric([team], high("spot", [team], n))
     yield pre
     yield spot
+    yield _waste_family(rows.stopped, high)
     auto = CounterMetricFamily(
         "gpufleet_autoscaler_decisions",
         "Nodes the autoscaler provisioned (action scale_up) and that were since removed (scale_down), by pool",
@@ -143,6 +148,28 @@ def scheduler_families(rows: SchedulerRows, high: Callable[[str, Sequence[str], 
     for pool, action, n in rows.scaled:
         auto.add_metric([pool, action], high("autoscaler", [pool, action], n))
     yield auto
+
+
+def _waste_family(stopped: Sequence[scrape.StoppedRun], high: Callable[[str, Sequence[str], float], float]) -> Metric:
+    """``gpufleet_preemption_waste_gpu_seconds_total``: the preemption waste of the stopped runs
+    (:mod:`gpufleet.cost.waste`, the rule the simulator reports in GPU-hours), by team and cause, in
+    GPU-seconds (Prometheus's base unit: ``promtool check metrics`` refuses hours). The store does
+    not record a checkpoint taken on a spot notice: such a run counts from its last regular one."""
+    fam = CounterMetricFamily(
+        "gpufleet_preemption_waste_gpu_seconds",
+        "GPU-seconds of work to redo: what runs ended by a preemption or a loss did after their job's last "
+        "checkpoint (all of it without checkpoints), by team and cause (the reasons of gpufleet_preemptions)",
+        labels=("team", "cause"),
+    )
+    runs = []
+    for r in stopped:
+        cause = waste_cause(r.outcome, r.stop_requested, r.capacity_type)
+        if cause is not None:
+            hours = waste_gpu_hours(_held(r.placement), r.ran_s, r.checkpoint_interval_s)
+            runs.append(WastedRun(r.job_id, r.team, cause, hours))
+    for (team, cause), hours in sorted(summarize_waste(runs, 0.0).by_team_cause.items()):
+        fam.add_metric([team, cause], high("preemption_waste", [team, cause], hours * 3600.0))
+    return fam
 
 
 def queue_reason(entry: dict[str, Any]) -> str:

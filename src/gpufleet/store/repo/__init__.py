@@ -144,6 +144,7 @@ from gpufleet.store.repo.scrape import (
     open_pods,
     queue_wait_histogram,
     requeues_by_team,
+    stopped_runs,
     waiting_teams,
 )
 from gpufleet.store.repo.segments import append_segment, load_ledger
@@ -283,6 +284,7 @@ __all__ = [
     "scope_of",
     "set_over_since",
     "state_changes_since",
+    "stopped_runs",
     "submit_job",
     "team_jobs_matching",
     "team_quotas",

@@ -186,6 +186,55 @@ def requeues_by_team(s: Session) -> list[tuple[str, str, int]]:
     return [(str(t), str(r), int(n)) for t, r, n in s.execute(q)]
 
 
+@dataclass(frozen=True, slots=True)
+class StoppedRun:
+    """A run counted by :func:`requeues_by_team`, with what its preemption waste is computed from
+    (:mod:`gpufleet.cost.waste`)."""
+
+    job_id: str
+    team: str
+    outcome: str
+    stop_requested: str | None
+    capacity_type: str
+    ran_s: float  # ended - started (0 when it never started)
+    checkpoint_interval_s: float | None
+    placement: list[Any]
+
+
+def stopped_runs(s: Session) -> list[StoppedRun]:
+    """The runs that ended for a preemption or were lost (the rows :func:`requeues_by_team`
+    counts), one row each: few by design (a scheduler that stops many runs is what it shows)."""
+    preempted = and_(RunRow.stop_requested.like("preempt:%"), RunRow.outcome.in_(("stopped", "failed", "lost")))
+    q = (
+        select(
+            RunRow.job_id,
+            JobRow.team,
+            RunRow.outcome,
+            RunRow.stop_requested,
+            RunRow.capacity_type,
+            RunRow.started_at,
+            RunRow.ended_at,
+            JobRow.checkpoint_interval_s,
+            RunRow.placement,
+        )
+        .join(JobRow, JobRow.id == RunRow.job_id)
+        .where(RunRow.ended_at.is_not(None), or_(preempted, RunRow.outcome == "lost"))
+    )
+    return [
+        StoppedRun(
+            str(job_id),
+            str(team),
+            str(outcome or ""),
+            stop,
+            str(capacity or ""),
+            max(0.0, float(ended) - float(started)) if started is not None and ended is not None else 0.0,
+            float(interval) if interval is not None else None,
+            list(placement or []),
+        )
+        for job_id, team, outcome, stop, capacity, started, ended, interval, placement in s.execute(q)
+    ]
+
+
 def autoscaled_nodes(s: Session) -> list[tuple[str, str, int]]:
     """``(pool, action, nodes)``: nodes the autoscaler provisioned (label ``gpufleet.io/provisioned``)
     — ``scale_up`` for each one recorded, ``scale_down`` for each one since removed."""
