@@ -346,3 +346,53 @@ def test_a_new_leader_whose_pod_watch_lags_does_not_give_up_a_running_run(make_w
         assert [p for p in w.pods("kept") if not p["metadata"].get("deletionTimestamp")] != []
     finally:
         successor.close()
+
+
+def test_a_run_whose_node_is_deleted_is_not_a_failed_job(make_world: Callable[..., World]) -> None:
+    """benchmarks/k8s_chaos.py: a Node deleted under running jobs failed 1 to 4 of them for good
+    ("pod … failed (exit 137)"). The pod garbage collector marks an orphaned pod Failed with
+    DisruptionTarget (DeletionByPodGC) before it force-deletes it (pkg/controller/podgc), so the
+    end reads as a disruption — the job goes back to the queue — whatever the kubelet writes next."""
+    from tests.support.k8s.fleetrun import Recorder
+
+    w = make_world(duration_s=None)
+    recorder = Recorder(w.cluster)
+    recorder.start()
+    w.backend.inventory()
+    w.backend.launch(w.request("orphan", "gpu-a"))
+    w.running("orphan")
+    # the node watch lags (as under load): the pod's end reaches gpufleet before the node's removal
+    w.cluster.server.faults.add(verb="watch", resource="nodes", delay_s=4.0)
+    w.cluster.call(w.cluster.server.end_watches)
+    w.core.delete_node("gpu-a")
+    events = w.until(lambda evs: any(e.job_id == "orphan" for e in evs), timeout=20)
+    w.cluster.server.faults.clear()
+    (ev,) = [e for e in events if e.job_id == "orphan"]
+    assert ev.kind is not EventKind.FAILED, ev
+    assert recorder.orphans and not recorder.errors
+
+
+def test_the_pod_garbage_collector_marks_an_orphan_failed_and_disrupted(make_world: Callable[..., World]) -> None:
+    """The substrate as pkg/controller/podgc: an orphaned pod (its Node deleted) is marked Failed with
+    DisruptionTarget / DeletionByPodGC before its force deletion (the stand-in force-deleted it bare,
+    and the kubelet's "exit 137" then read as the job's own failure)."""
+    from tests.support.k8s.fleetrun import Recorder
+
+    w = make_world(duration_s=None)
+    Recorder(w.cluster).start()
+    w.backend.inventory()
+    w.backend.launch(w.request("held", "gpu-a"))
+    w.running("held")
+    (pod,) = w.pods("held")
+    name = pod["metadata"]["name"]
+    w.core.patch_namespaced_pod(name, NS, {"metadata": {"finalizers": ["example.com/hold"]}})  # kept visible
+    w.core.delete_node("gpu-a")
+    w.cluster.wait_for(
+        lambda: any(p["metadata"].get("deletionTimestamp") for p in w.pods("held")), timeout=10, what="force deletion"
+    )
+    (gone,) = [p for p in w.pods("held") if p["metadata"]["name"] == name]
+    conditions = {c["type"]: c for c in gone["status"].get("conditions") or []}
+    assert gone["status"]["phase"] == "Failed"
+    assert conditions["DisruptionTarget"]["status"] == "True"
+    assert conditions["DisruptionTarget"]["reason"] == "DeletionByPodGC"
+    w.core.patch_namespaced_pod(name, NS, {"metadata": {"finalizers": None}})

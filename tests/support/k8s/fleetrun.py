@@ -187,6 +187,20 @@ class Recorder:
         if ended(pod):
             return
         meta = pod["metadata"]
+        # as pkg/controller/podgc's markFailedAndDeletePodWithCondition: the pod is marked Failed with
+        # DisruptionTarget (DeletionByPodGC) before the force deletion, so its end reads as a
+        # disruption, not as its containers' failure (the kubelet, if any, then kills them: 137)
+        holder = {"status": dict(pod.get("status") or {})}
+        holder["status"]["phase"] = "Failed"
+        apiserver.set_condition(holder, "DisruptionTarget", "True", "DeletionByPodGC", "PodGC: node no longer exists")
+        try:
+            server.patch_object(
+                PODS, meta["namespace"], meta["name"], {"status": holder["status"]}, "merge", subresource="status"
+            )
+        except apiserver.ApiError as e:
+            if e.code == 404:
+                return
+            raise
         server.delete_object(PODS, meta["namespace"], meta["name"], {"gracePeriodSeconds": 0})
         self.orphans.append(f"{meta['namespace']}/{meta['name']}")
 
