@@ -240,12 +240,17 @@ def test_a_run_whose_job_loses_its_pods_before_they_are_bound_is_lost_not_kept_r
 def test_a_run_recovered_before_its_pods_were_bound_goes_back_to_the_queue(make_world: Callable[..., World]) -> None:
     """The chaos run ended with 11 jobs RUNNING for ever: the new leader recovered runs whose pods
     were not bound yet and bound them to "" (422 Unprocessable Entity, 70 times each). The target
-    nodes are not known to the new leader; the run had not started: it is given up (its Job
-    deleted) and the job requeued."""
+    nodes are not known to the new leader: the run is given up — its Job and pods deleted — and
+    reported STOPPED (the job requeued, nothing metered) once they are gone.
+
+    The full-size chaos run then found two jobs with two runs at once: a run given up at once
+    (ABSENT) freed its GPUs while a binding the old leader had sent landed late (a delayed request
+    runs after its client gave up) and its pod ran 29 s beside the next run. The run is held until
+    its pods are gone."""
     import kubernetes.client
 
     from gpufleet.backends.base import RecoveredState
-    from gpufleet.k8s.adapter.backend import KubernetesBackend
+    from gpufleet.k8s.adapter.backend import GIVEN_UP, KubernetesBackend
 
     w = make_world(duration_s=None)
     w.backend.inventory()
@@ -254,10 +259,24 @@ def test_a_run_recovered_before_its_pods_were_bound_goes_back_to_the_queue(make_
     successor = KubernetesBackend(w.client)
     try:
         successor.inventory()
-        assert successor.recover("orphaned", 1).state is RecoveredState.ABSENT  # before: RUNNING, bound to ""
-        successor.poll()
+        got = successor.recover("orphaned", 1)
+        assert got.state is RecoveredState.RUNNING  # held (before: RUNNING bound to "", then ABSENT at once)
+        # the old leader's delayed binding lands now
+        (pod,) = w.pods("orphaned")
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod["metadata"]["name"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-a"}}  # fmt: skip
+        w.core.create_namespaced_pod_binding(pod["metadata"]["name"], NS, body, _preload_content=False)
+        events: list[BackendEvent] = []
+        deadline = time.monotonic() + 30
+        while not any(e.job_id == "orphaned" for e in events):
+            assert time.monotonic() < deadline, events
+            events += successor.poll()
+            time.sleep(0.05)
+        (ev,) = [e for e in events if e.job_id == "orphaned"]
+        assert ev.kind is EventKind.STOPPED and ev.reason == GIVEN_UP
+        assert w.pods("orphaned") == []  # reported only once its pods are gone
         batch = kubernetes.client.BatchV1Api(w.client)
-        w.cluster.wait_for(lambda: not batch.list_namespaced_job(NS).items, timeout=10, what="its Job deleted")
+        assert not batch.list_namespaced_job(NS).items
     finally:
         successor.close()
 

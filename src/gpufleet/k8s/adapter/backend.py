@@ -80,6 +80,8 @@ DEFAULT_IMAGE = "python:3.11-slim"
 ADOPTED_PODS_WAIT_S = 60.0
 # how long a run's Job may have no pod at all, unbound, before the run is lost (and requeued)
 RUN_WITHOUT_PODS_S = 60.0
+# why a run a new leader found before its pods were bound is stopped (see recover)
+GIVEN_UP = "given up by a new leader: found before its pods were bound"
 
 
 @dataclass(frozen=True, slots=True)
@@ -889,12 +891,17 @@ class KubernetesBackend:
         started = min((p.started_at for p in pods if p.started_at is not None), default=self.options.now())
         if any(_unbound(p) for p in pods):
             # found before all its pods were bound (the leader that launched it went away meanwhile):
-            # where it meant to place them is not known here, and a gang starts together, so the run
-            # has not started: it is given up (its Job deleted, retried until it is) and the job
-            # goes back to the queue. Binding to "" would be refused (422) for ever.
-            if any(p.owner.kind == "Job" and p.owner.name == name for p in pods):
-                self._finished.append((0.0, Run(job_id, run, ns, name, (), started)))
-            return Recovered(RecoveredState.ABSENT)
+            # where it meant to place them is not known here (binding to "" is refused, 422), and a
+            # gang starts together, so the run is given up. Its own Job's run is stopped: the Job and
+            # its pods deleted, and STOPPED reported (the job requeued) only once they are gone — a
+            # binding the old leader sent may still land (a delayed request runs after its client
+            # gave up), and until the pods are gone the run holds what the loop gave it.
+            if not any(p.owner.kind == "Job" and p.owner.name == name for p in pods):
+                return Recovered(RecoveredState.ABSENT)  # adopted pods: claimed again at the next launch
+            nodes = tuple(p.node or "" for p in sorted(pods, key=lambda p: p.completion_index or 0))
+            r = Run(job_id, run, ns, name, nodes, started, stopping=GIVEN_UP)
+            self._runs[(job_id, run)] = r
+            return Recovered(RecoveredState.RUNNING, self._handle(r))
         nodes = tuple(p.node or "" for p in sorted(pods, key=lambda p: p.completion_index or 0))
         r = Run(job_id, run, ns, name, nodes, started, bound=all(p.node for p in pods))
         # bindings the cache has not shown yet (read live above): assumed until it does, so a
