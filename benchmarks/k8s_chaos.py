@@ -417,6 +417,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ordered = sorted(spans.values())
         if any(b[0] < a[1] - 1.0 for a, b in itertools.pairwise(ordered)):  # timestamps: whole seconds
             overlapping.append(job_id)
+    overlap_detail = {
+        j: {n: [round(a - t_wall, 1), round(b - t_wall, 1)] for n, (a, b) in sorted(run_spans[j].items())}
+        for j in overlapping[:5]
+    }
 
     ledger = ledger_checks(dbs[0], rp, t_wall)
     figures: dict[str, Any] = {
@@ -434,6 +438,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "pods_rebound": len(rp.rebound),
         "pod_indexes_bound_twice": sum(1 for n in per_index.values() if n > 1),
         "jobs_with_two_runs_running_at_once": len(overlapping),
+        "two_runs_at_once_examples": overlap_detail,
         "node_gpu_overcommit_writes": len(rp.violations),
         "gpu_view_after_window": view_after_window,
         "gpu_view_at_end": view_at_end,
