@@ -52,20 +52,25 @@ def test_a_working_hour_of_advice_adds_up(tmp_path: Path) -> None:
             for i in range(16):
                 jobs.append(
                     c.submit(
-                        command=["sleep", "3"],
+                        command=["sleep", "6"],
                         gpus=1,
                         team=TEAMS[i % 3],
                         priority="low",
                         preemptible=True,
                         name=f"bulk-{i}",
-                        estimated_runtime_s=3,
+                        estimated_runtime_s=6,
                     ).id
                 )
             # ... fractions share GPUs ...
             for i in range(12):
                 jobs.append(c.submit(command=["sleep", "1"], gpu_milli=500, team=TEAMS[i % 3], name=f"frac-{i}").id)
-            time.sleep(1.5)
-            # ... and urgent jobs preempt the running bulk work
+            # ... and, once the bulk work runs (a fixed sleep was not enough on a loaded CI runner:
+            # the urgent jobs then simply went first, and nothing was preempted) ...
+            deadline = time.monotonic() + 60
+            while sum(1 for j in jobs[:16] if c.get(j).state == "RUNNING") < 8:
+                assert time.monotonic() < deadline, "the bulk jobs never filled the GPUs"
+                time.sleep(0.1)
+            # ... urgent jobs preempt the running bulk work
             for i in range(8):
                 jobs.append(
                     c.submit(command=["sleep", "1"], gpus=1, team="beta", priority="urgent", name=f"urgent-{i}").id

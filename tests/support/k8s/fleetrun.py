@@ -197,11 +197,11 @@ class Recorder:
             server.patch_object(
                 PODS, meta["namespace"], meta["name"], {"status": holder["status"]}, "merge", subresource="status"
             )
+            server.delete_object(PODS, meta["namespace"], meta["name"], {"gracePeriodSeconds": 0})
         except apiserver.ApiError as e:
-            if e.code == 404:
+            if e.code == 404:  # gone meanwhile (its own deletion, the Job's): nothing to collect
                 return
             raise
-        server.delete_object(PODS, meta["namespace"], meta["name"], {"gracePeriodSeconds": 0})
         self.orphans.append(f"{meta['namespace']}/{meta['name']}")
 
 
