@@ -29,18 +29,15 @@ from gpufleet.cost.waste import (
     waste_gpu_hours,
 )
 from gpufleet.io.traces import load_philly
-from gpufleet.model.job import GpuRequest, JobSpec
-from gpufleet.model.node import Node
 from gpufleet.scheduling.profile import load_profile
 from gpufleet.sim.engine import SimOptions, Simulation
 from gpufleet.sim.results import SimResult
 from gpufleet.sim.runner import run_simulation
-from gpufleet.sim.traces.base import Trace, TraceJob
 from gpufleet.sim.traces.philly import PhillyOptions
 from gpufleet.sim.traces.synthetic import SyntheticOptions, generate_synthetic
 from gpufleet.sim.whatif import RunFigures, run_whatif
 from gpufleet.store.repo.scrape import REQUEUE_REASONS
-from tests.sim.test_reclaim_contention import CONTENTION, MAX_STOPS_PER_JOB, TEAMS
+from tests.sim.test_reclaim_contention import MAX_STOPS_PER_JOB, contention_simulation
 from tests.support.paths import SHARED
 
 PHILLY = SHARED / "data" / "philly" / "philly.csv"
@@ -155,23 +152,7 @@ def test_summary_adds_up_by_cause_and_team() -> None:
 
 
 def _contention() -> tuple[Simulation, SimResult]:
-    trace = Trace(
-        "contention",
-        [
-            TraceJob(
-                float(t),
-                JobSpec(name=n, team=team, gpu=GpuRequest(1), priority_class=p, preemptible=pre, duration_s=float(s)),
-            )
-            for n, team, t, s, p, pre in CONTENTION
-        ],
-    )
-    sim = Simulation(
-        trace,
-        load_profile({"teams": TEAMS}).build(),
-        lambda nd: 29.384,
-        nodes=[Node("gpu0", "A100-80GB", 8, 64_000, 524_288)],
-        options=SimOptions(cycle_interval_s=1.0),
-    )
+    sim = contention_simulation()
     return sim, sim.run()
 
 

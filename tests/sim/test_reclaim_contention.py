@@ -52,7 +52,8 @@ CONTENTION = [
 MAX_STOPS_PER_JOB = 2
 
 
-def _simulate(on_cycle: Callable[[Simulation, Decisions, dict[str, int]], None]) -> Simulation:
+def contention_simulation() -> Simulation:
+    """The issue's contention workload on one 8-GPU node, ready to run."""
     trace = Trace(
         "contention",
         [
@@ -63,13 +64,17 @@ def _simulate(on_cycle: Callable[[Simulation, Decisions, dict[str, int]], None])
             for n, team, t, s, p, pre in CONTENTION
         ],
     )
-    sim = Simulation(
+    return Simulation(
         trace,
         load_profile({"teams": TEAMS}).build(),
         lambda nd: 29.384,
         nodes=[Node("gpu0", "A100-80GB", 8, 64_000, 524_288)],
         options=SimOptions(cycle_interval_s=1.0),
     )
+
+
+def _simulate(on_cycle: Callable[[Simulation, Decisions, dict[str, int]], None]) -> Simulation:
+    sim = contention_simulation()
     run_cycle = sim.loop.run_cycle
 
     def observed(now: float) -> Decisions:

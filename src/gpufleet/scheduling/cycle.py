@@ -623,12 +623,7 @@ class Scheduler:
             graph=self.graph,
             min_runtime_s=self.config.reclaim_min_runtime_s,
         )
-        if isinstance(chosen, Status):
-            self._deferred(chosen, out)
-            return chosen
-        reason = reclaim_reason(job)
-        self._nominate(job, ((rj, reason) for rj in chosen), gone, out)
-        return SUCCESS
+        return self._take(job, chosen, reclaim_reason(job), gone, out)
 
     def try_within_team(
         self,
@@ -658,10 +653,14 @@ class Scheduler:
             graph=self.graph,
             min_runtime_s=self.config.preempt_min_runtime_s,
         )
+        return self._take(job, chosen, within_team_reason(job), gone, out)
+
+    def _take(self, job: Job, chosen: list[RunningJob] | Status, reason: str, gone: set[str], out: Decisions) -> Status:
+        """A quota preemption's outcome: its victims nominated (SUCCESS), or why not (a deferral
+        makes the cycle run again when the victims come of age)."""
         if isinstance(chosen, Status):
             self._deferred(chosen, out)
             return chosen
-        reason = within_team_reason(job)
         self._nominate(job, ((rj, reason) for rj in chosen), gone, out)
         return SUCCESS
 
