@@ -166,3 +166,55 @@ def test_a_finished_run_leaves_no_job_behind_once_its_end_was_reported(make_worl
     time.sleep(0.6)
     w.backend.poll()
     w.cluster.wait_for(lambda: _jobs(w) == [] and w.pods("done") == [], timeout=10, what="the Job and its pod gone")
+
+
+def test_a_watch_stopped_while_it_opened_never_goes_back_to_the_shared_pool(make_world: Callable[..., World]) -> None:
+    """CI (stop 30): an informer stopped while its watch was being opened (a slow API server) put
+    the watch's connection back into the client's pool when the answer came; the server went on
+    streaming on it, and the next request the client sent on that connection (the Job controller's
+    list) read a watch event as its answer (``BadStatusLine('944\\r\\n')``) — or, with no event, waited
+    for the watch's end. A watch not read to its end closes its connection."""
+    import kubernetes.client
+
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    plan = w.cluster.server.faults
+    cache = w.backend.pod_cache
+    plan.add(verb="watch", resource="pods", delay_s=1.0)  # the next pod watch answers late
+    w.cluster.call(w.cluster.server.end_watches)
+    w.cluster.wait_for(lambda: cache.watches >= 2, timeout=10, interval=0.05, what="the pod watch opened again")
+    cache.stop(timeout=5.0)  # while that watch waits for its answer
+    assert not cache.running
+    plan.clear()
+    core = kubernetes.client.CoreV1Api(w.client)
+    t0 = time.monotonic()
+    for _ in range(3):  # the pool hands out its most recently returned connection first
+        core.list_namespaced_pod(NS, _request_timeout=(2.0, 2.0))
+    assert time.monotonic() - t0 < 3.0
+
+
+def test_a_followed_log_left_early_never_goes_back_to_the_shared_pool(make_world: Callable[..., World]) -> None:
+    """The same for ``gpufleet logs -f`` left while the container still writes: the followed log's
+    connection went back into the pool with the server still streaming on it."""
+    import threading
+
+    import kubernetes.client
+
+    from gpufleet.k8s.adapter.logs import PodLogs
+
+    w = make_world(duration_s=None, log_every_s=1.0)  # quiet between two lines
+    w.backend.inventory()
+    w.backend.launch(w.request("chatty", "gpu-a"))
+    w.running("chatty")
+    cancelled = threading.Event()
+    stream = PodLogs(w.client).follow("chatty", 0, lambda: True, cancelled)
+    first = next(stream)
+    assert first  # the pod's header
+    while b"step" not in next(stream):
+        pass
+    stream.close()  # the reader went away (the HTTP client of `logs -f` hung up)
+    core = kubernetes.client.CoreV1Api(w.client)
+    t0 = time.monotonic()
+    for _ in range(3):
+        core.list_namespaced_pod(NS, _request_timeout=(2.0, 2.0))
+    assert time.monotonic() - t0 < 3.0

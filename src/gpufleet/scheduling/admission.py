@@ -644,15 +644,43 @@ class QuotaCheck:
     def __init__(self, ctx: PolicyContext | None = None) -> None:
         self._kept: NominalReservations | None = None  # made on the cycle's first borrowing
         self._placed: set[str] = set()  # jobs placed in this cycle (seen so far)
+        # this cycle's answers by what they depend on (see admit), each with the state it was given in
+        self._seen: dict[tuple[object, ...], tuple[tuple[int, ...], Verdict]] = {}
 
     def start(self, ctx: AdmissionContext) -> None:
         self._kept = None
         self._placed = set()
+        self._seen = {}
 
     def admit(self, job: Job, pod: PodRequest, ctx: AdmissionContext) -> Verdict:
+        """The answer for ``job`` depends on its team, its demand, whether it is preemptible, its
+        priority, its gang size and the GPU types its pod may use — and on the cycle's state: what
+        teams hold, the victims and placements chosen so far. A job like one answered before in the
+        cycle, with nothing chosen since, gets that answer again (a long queue held by its quota
+        asks thousands of times per cycle; each answer scans the cohort's running jobs) — unless
+        it is itself a victim of an earlier preemption (the preemption graph then tells jobs apart)."""
         sched = ctx.scheduler
         if not sched.quotas or not job.spec.gpu.count:
             return ADMIT
+        key: tuple[object, ...] | None = None
+        state = (sched.usage.version, len(ctx.gone), len(ctx.out.placements), len(ctx.out.preemptions))
+        if not sched.graph.is_victim(job.id):
+            spec = job.spec
+            key = (job.team, spec.total_gpu_milli, spec.preemptible, job.priority, spec.gang_size)
+            key += (pod.type_ok.tobytes(),)
+            seen = self._seen.get(key)
+            if seen is not None and seen[0] == state:
+                verdict = seen[1]
+                if verdict.pod is not None:  # narrowed: the same types, on this job's pod
+                    verdict = dataclasses.replace(verdict, pod=dataclasses.replace(pod, type_ok=verdict.pod.type_ok))
+                return verdict
+        verdict = self._admit(job, pod, ctx)
+        if key is not None:
+            self._seen[key] = (state, verdict)
+        return verdict
+
+    def _admit(self, job: Job, pod: PodRequest, ctx: AdmissionContext) -> Verdict:
+        sched = ctx.scheduler
         snap = ctx.state.snapshot
         preemptible = job.spec.preemptible
         verdict = sched.quotas.admit(

@@ -72,6 +72,7 @@ from gpufleet.scheduling.placement.base import uncommit
 from gpufleet.scheduling.preemption import (
     Deferred,
     PreemptionGraph,
+    QuotaVictims,
     RunningJob,
     choose_preemption,
     choose_reclaim,
@@ -158,6 +159,7 @@ class Scheduler:
         self._queued_est: dict[tuple[object, ...], list[tuple[float, int]]] = {}
         # running jobs by expected end (EASY reservations), kept current across cycles
         self._running_by_end = RunningByEnd()
+        self._quota_victims: QuotaVictims | None = None  # the cycle's, made on its first quota preemption
 
     # -- usage bookkeeping (the world calls these when jobs start and stop) -----------------------
     def account(
@@ -205,6 +207,7 @@ class Scheduler:
         # victims chosen in this cycle, and those chosen before that are still stopping: neither is
         # a candidate again (one stop frees room once)
         gone: set[str] = set().union(*self.nominated.values())
+        self._quota_victims = None
         actx = AdmissionContext(self, state, now, out, gone)
         for check in self.admission:
             check.start(actx)
@@ -622,6 +625,7 @@ class Scheduler:
             usage=self.usage,
             graph=self.graph,
             min_runtime_s=self.config.reclaim_min_runtime_s,
+            victims=self._victims(running),
         )
         return self._take(job, chosen, reclaim_reason(job), gone, out)
 
@@ -652,8 +656,15 @@ class Scheduler:
             usage=self.usage,
             graph=self.graph,
             min_runtime_s=self.config.preempt_min_runtime_s,
+            victims=self._victims(running),
         )
         return self._take(job, chosen, within_team_reason(job), gone, out)
+
+    def _victims(self, running: Mapping[str, RunningJob]) -> QuotaVictims:
+        """The cycle's running preemptible jobs by team (``running`` does not change in a cycle)."""
+        if self._quota_victims is None:
+            self._quota_victims = QuotaVictims.of(running)
+        return self._quota_victims
 
     def _take(self, job: Job, chosen: list[RunningJob] | Status, reason: str, gone: set[str], out: Decisions) -> Status:
         """A quota preemption's outcome: its victims nominated (SUCCESS), or why not (a deferral

@@ -72,6 +72,7 @@ PREEMPT_MIN_RUNTIME_WAIT = "preempting to make room once lower-priority jobs hav
 RECLAIM_MIN_RUNTIME_WAIT = "reclaiming quota lent to the cohort once its borrowed jobs have run their minimum runtime"
 WITHIN_TEAM_WAIT = "preempting lower-priority jobs of its team to stay within its quota"
 WITHIN_TEAM_MIN_RUNTIME_WAIT = "preempting its team's lower-priority jobs once they have run their minimum runtime"
+NO_WITHIN_TEAM_VICTIM = "quota: no lower-priority preemptible job of its team to preempt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,14 @@ class PreemptionGraph:
     """Edges preemptor → victim seen so far; refuses edges that would close a cycle."""
 
     edges: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    _victims: set[str] | None = field(default=None, repr=False)  # every edge's target (made on demand)
+
+    def is_victim(self, job: str) -> bool:
+        """Is ``job`` the target of an edge? A job that is not may preempt any job but itself
+        (:meth:`allows`: a cycle back to it would have to pass an edge into it)."""
+        if self._victims is None:
+            self._victims = set().union(*self.edges.values())
+        return job in self._victims
 
     def reaches(self, src: str, dst: str) -> bool:
         stack, seen = [src], {src}
@@ -161,6 +170,7 @@ class PreemptionGraph:
 
     def add(self, preemptor: str, victim: str) -> None:
         self.edges[preemptor].add(victim)
+        self._victims = None
 
     def forget(self, job: str) -> None:
         """A job ended for good: it can neither preempt nor be preempted again, so no future
@@ -168,6 +178,7 @@ class PreemptionGraph:
         self.edges.pop(job, None)
         for targets in self.edges.values():
             targets.discard(job)
+        self._victims = None
 
 
 VictimFilter = Callable[[RunningJob], str | None]  # → reason it may be preempted, or None
@@ -447,6 +458,30 @@ def choose_preemption(
     return plan
 
 
+@dataclass(slots=True)
+class QuotaVictims:
+    """The running preemptible jobs by team, made once per cycle: a quota preemption (reclaim,
+    within-team) looks at one team's or one cohort's preemptible jobs, not at every running job —
+    with every pending job held by its quota, a cycle asks once per job (a long queue on a busy
+    cluster: thousands of scans of every running job per cycle)."""
+
+    by_team: dict[str, list[RunningJob]]
+    lowest: dict[str, int]  # the lowest priority among a team's preemptible running jobs
+
+    @classmethod
+    def of(cls, running: Mapping[str, RunningJob]) -> QuotaVictims:
+        by_team: dict[str, list[RunningJob]] = {}
+        lowest: dict[str, int] = {}
+        for rj in running.values():
+            if rj.job.spec.preemptible:
+                team = rj.job.team
+                by_team.setdefault(team, []).append(rj)
+                p = rj.job.priority
+                if team not in lowest or p < lowest[team]:
+                    lowest[team] = p
+        return cls(by_team, lowest)
+
+
 def choose_reclaim(
     snap: ClusterSnapshot,
     job: Job,
@@ -460,6 +495,7 @@ def choose_reclaim(
     usage: UsageTracker,
     graph: PreemptionGraph,
     min_runtime_s: float = 0.0,
+    victims: QuotaVictims | None = None,
 ) -> list[RunningJob] | Status:
     """The team is within its nominal quota but its cohort lent the quota out: the borrowers to
     preempt (Kueue's reclaimWithinCohort) until the cohort can hold the job, or why there are
@@ -468,11 +504,13 @@ def choose_reclaim(
     type, in :func:`reclaim_order`, no more than needed (:func:`take_needed`), and never so many of
     one team that it would fall below its nominal quota by more than its last job; GPU types are
     tried in the snapshot's order, the first that frees enough wins. ``gone``: victims already
-    chosen."""
+    chosen; ``victims``: the cycle's :class:`QuotaVictims` of ``running``."""
     q = quotas.quotas.get(job.team)
     if q is None or q.cohort is None:
         return Status(Code.UNSCHEDULABLE, "quota")
     members = set(quotas.cohorts[q.cohort]) - {job.team}
+    index = victims if victims is not None else QuotaVictims.of(running)
+    pool = [rj for m in members for rj in index.by_team.get(m, ())]
     until = math.inf
     for i, t in enumerate(snap.gpu_types):
         if i >= len(pod.type_ok) or not (pod.type_ok[i] and within_nominal[i]):
@@ -483,10 +521,8 @@ def choose_reclaim(
         cands = sorted(
             (
                 rj
-                for rj in running.values()
+                for rj in pool
                 if rj.job.id not in gone
-                and rj.job.spec.preemptible
-                and rj.job.team in members
                 and rj.gpu_type == t
                 and quotas.is_borrowing(rj.job.team, t, usage)
                 and graph.allows(job.id, rj.job.id)
@@ -535,13 +571,19 @@ def choose_within_team(
     usage: UsageTracker,
     graph: PreemptionGraph,
     min_runtime_s: float = 0.0,
+    victims: QuotaVictims | None = None,
 ) -> list[RunningJob] | Status:
     """The job is held by its own team's quota while the team's lower-priority preemptible jobs
     hold it (Kueue's ``withinClusterQueue: LowerPriority``): those to preempt so that the quota
     admits it (:meth:`QuotaPolicy.own_shortfall`), in :func:`reclaim_order`, no more than needed;
     or why there are none (UNSCHEDULABLE; :class:`Deferred` when runs younger than
     ``min_runtime_s`` would do once they come of age). GPU types are tried in the snapshot's order,
-    the first that frees enough wins. ``gone``: victims already chosen."""
+    the first that frees enough wins. ``gone``: victims already chosen; ``victims``: the cycle's
+    :class:`QuotaVictims` of ``running``."""
+    index = victims if victims is not None else QuotaVictims.of(running)
+    if index.lowest.get(job.team, job.priority) >= job.priority:
+        return Status(Code.UNSCHEDULABLE, NO_WITHIN_TEAM_VICTIM)  # no job of its team it outranks
+    own = index.by_team[job.team]
     until = math.inf
     for i, t in enumerate(snap.gpu_types):
         if i >= len(pod.type_ok) or not pod.type_ok[i]:
@@ -552,10 +594,8 @@ def choose_within_team(
         cands = sorted(
             (
                 rj
-                for rj in running.values()
-                if rj.job.team == job.team
-                and rj.gpu_type == t
-                and rj.job.spec.preemptible
+                for rj in own
+                if rj.gpu_type == t
                 and rj.job.priority < job.priority
                 and rj.job.id not in gone
                 and graph.allows(job.id, rj.job.id)
@@ -570,4 +610,4 @@ def choose_within_team(
             until = min(until, max(_of_age(rj, now, min_runtime_s) for rj in later))
     if until < math.inf:
         return Deferred(Code.UNSCHEDULABLE, WITHIN_TEAM_MIN_RUNTIME_WAIT, WaitKind.PREEMPTION, until)
-    return Status(Code.UNSCHEDULABLE, "quota: no lower-priority preemptible job of its team to preempt")
+    return Status(Code.UNSCHEDULABLE, NO_WITHIN_TEAM_VICTIM)

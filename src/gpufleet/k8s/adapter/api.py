@@ -50,6 +50,16 @@ def with_deadline(api_client: Any, connect_s: float | None = None, read_s: float
     return api_client
 
 
+def let_go(resp: Any, read_to_end: bool) -> None:
+    """Hand a streamed answer's connection back to the client's pool — only when it was read to its
+    end. A watch or a followed log the server still streams on would otherwise be the connection the
+    next request is sent on: that request would read the stream's next chunk as its answer (or wait
+    for the stream's end). One not read to its end is closed instead."""
+    if not read_to_end:
+        resp.close()
+    resp.release_conn()
+
+
 def call_json(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """``call(*args, **kwargs)`` with ``_preload_content=False``; its answer parsed as JSON."""
     from kubernetes.client.exceptions import ApiException

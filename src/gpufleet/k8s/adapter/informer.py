@@ -39,6 +39,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 from gpufleet.errors import BackendError, GpufleetError
+from gpufleet.k8s.adapter.api import let_go
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +247,7 @@ class Informer(Generic[T]):
             _request_timeout=(CONNECT_TIMEOUT_S, self.watch_timeout_s + self.read_timeout_s),
         )
         self._response = resp
+        ended = False  # read to the end of the server's answer
         try:
             if self._stop.is_set():  # stop() came while the watch was being opened (it saw no response)
                 return
@@ -259,11 +261,12 @@ class Informer(Generic[T]):
                     continue
                 *lines, buffered = buffered.split(b"\n")
                 self._apply(lines)
+            ended = True
             if buffered.strip():
                 self._apply([buffered])
         finally:
             self._response = None
-            resp.release_conn()
+            let_go(resp, read_to_end=ended)
 
     def _apply(self, lines: Iterable[bytes]) -> None:
         changed = False

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.errors import BackendError, GpufleetError
-from gpufleet.k8s.adapter.api import call_json
+from gpufleet.k8s.adapter.api import call_json, let_go
 from gpufleet.k8s.adapter.pods import pod_facts
 from gpufleet.k8s.vocabulary import KEY_JOB_ID
 
@@ -158,6 +158,7 @@ class PodLogs:
                 position = yield from _emit(pod.header, offset, position)
                 header_done = True
             skip = consumed
+            ended = False
             try:
                 for chunk in resp.stream(CHUNK):
                     if skip:
@@ -170,12 +171,13 @@ class PodLogs:
                     if cancelled.is_set():
                         break
                 else:
+                    ended = True
                     return position  # the container ended (or the pod went away): drained
             except Exception as e:  # a read timeout on a quiet log, or a broken connection: re-open
                 log.debug("re-opening the log of pod %s/%s: %s", pod.namespace, pod.name, e)
                 time.sleep(0.05)
             finally:
-                resp.release_conn()
+                let_go(resp, read_to_end=ended)
         return position
 
 
