@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,40 @@ def test_a_node_that_stops_taking_work_keeps_the_work_it_runs(make_world: Callab
         time.sleep(0.05)
     assert not _losses(events, "long") and not _node_removed(events, "gpu-a"), events
     assert w.cluster.kubelet is not None and w.cluster.kubelet.sigterms(NS) == []
+    assert [p["status"]["phase"] for p in w.pods("long")] == ["Running"]
+
+
+@pytest.mark.parametrize("change", list(NODE_CHANGES))
+def test_a_new_leader_keeps_the_work_of_a_node_that_takes_no_work(
+    make_world: Callable[..., World], change: str
+) -> None:
+    """benchmarks/k8s_chaos.py at full size: runs on a cordoned node (and on a NotReady one) were
+    ended "node gpu-02 is gone" at a leader's recovery while their pods ran on (a second run beside
+    the first; the node billed as removed). The inventory a new leader starts from left out every
+    node not taking work, so recovery took their runs for lost. It holds them now, and the first
+    poll says the node takes no work."""
+    from gpufleet.backends.base import RecoveredState
+    from gpufleet.k8s.adapter.backend import KubernetesBackend
+
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    w.backend.launch(w.request("long", "gpu-a"))
+    w.running("long")
+    NODE_CHANGES[change][0](w)
+    w.until(lambda evs: any(e.kind is EventKind.NODE_CORDONED and e.node == "gpu-a" for e in evs))
+    successor = KubernetesBackend(w.client)
+    try:
+        assert "gpu-a" in {n.name for n in successor.inventory()}
+        assert successor.recover("long", 1).state is RecoveredState.RUNNING
+        events = successor.poll()
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            events += successor.poll()
+            time.sleep(0.05)
+        assert [e.kind for e in events if e.node == "gpu-a"] == [EventKind.NODE_CORDONED], events
+        assert not _losses(events, "long")
+    finally:
+        successor.close()
     assert [p["status"]["phase"] for p in w.pods("long")] == ["Running"]
 
 
@@ -415,3 +450,39 @@ def test_the_pod_garbage_collector_marks_an_orphan_failed_and_disrupted(make_wor
     assert conditions["DisruptionTarget"]["status"] == "True"
     assert conditions["DisruptionTarget"]["reason"] == "DeletionByPodGC"
     w.core.patch_namespaced_pod(name, NS, {"metadata": {"finalizers": None}})
+
+
+def test_a_run_that_loses_one_of_its_nodes_ends_when_its_other_pods_have(make_world: Callable[..., World]) -> None:
+    """benchmarks/k8s_chaos.py at full size: 3-5 GPU over-commits and jobs with two runs at once. A
+    node of a two-node run was deleted; the backend dropped the run and the loop, told only that the
+    node was gone, freed the GPUs the run's pod on the other node still held while it ran through its
+    grace period — the next run was bound beside it. Now the backend stops the run (its Job and the
+    surviving pod go) and reports it LOST, naming the node, only once that pod has ended; the end is
+    when it ended."""
+    w = make_world(duration_s=None, checkpoint_s=1.5)  # a container takes 1.5 s to exit after SIGTERM
+    w.backend.inventory()
+    w.backend.launch(w.request("pair", "gpu-a", "gpu-b"))
+    w.running("pair")
+    w.cluster.wait_for(
+        lambda: sum(p.get("status", {}).get("phase") == "Running" for p in w.pods("pair")) == 2,
+        timeout=10,
+        what="both pods running",
+    )
+    deleted_at = w.backend.options.now()
+    w.core.delete_node("gpu-a")
+    events = w.until(
+        lambda evs: any(e.kind is EventKind.NODE_REMOVED for e in evs) or any(e.job_id == "pair" for e in evs),
+        timeout=20,
+    )
+    assert [e for e in events if e.job_id == "pair"] == [], "the run ended while its pod on gpu-b still ran"
+
+    def survivor() -> dict[str, Any] | None:
+        return next((p for p in w.pods("pair") if p["spec"].get("nodeName") == "gpu-b"), None)
+
+    assert (p := survivor()) is not None and p["status"].get("phase") == "Running"
+    events = w.until(lambda evs: any(e.job_id == "pair" for e in evs), timeout=20)
+    (ev,) = [e for e in events if e.job_id == "pair"]
+    assert ev.kind is EventKind.LOST and ev.node == "gpu-a" and "gpu-a" in ev.reason, ev
+    left = survivor()
+    assert left is None or left["status"].get("phase") in ("Succeeded", "Failed"), "reported before its pod ended"
+    assert ev.ended_at is not None and ev.ended_at >= deleted_at + 1.0  # its pod's SIGTERM took 1.5 s

@@ -101,3 +101,46 @@ def test_a_cordoned_node_keeps_its_runs_and_takes_no_new_work_until_uncordoned()
     clock.advance_to(20.0)
     loop.step(20.0)
     assert {"running", "waiting"} <= set(loop.active)
+
+
+def test_a_gang_that_loses_one_node_holds_its_other_nodes_gpus_until_it_has_stopped() -> None:
+    """Issue 22 (chaos run at full size: 3-5 GPU over-commits, jobs with two runs at once): a node of a
+    two-node run was removed and the loop ended the run at once, freeing the GPUs its pod on the
+    other node still held (on Kubernetes that pod runs on through its grace period); the next job was
+    placed beside it. Now the run is stopped — its other pods hold their GPUs until the backend says
+    they ended — and then requeued: not a preemption, a spot restart when the lost node was spot."""
+    from gpufleet.backends.base import BackendEvent, EventKind
+    from gpufleet.model.job import GpuRequest, Job, JobSpec, StopKind
+    from gpufleet.model.node import CapacityType
+
+    clock = SimClock()
+    nodes = [
+        Node("n1", "A100-80GB", 8, 64000, 512000, capacity_type=CapacityType.SPOT),
+        Node("n2", "A100-80GB", 8, 64000, 512000),
+    ]
+    backend = SimBackend(clock, nodes)
+    loop = WorldLoop(MemoryState(), backend, load_profile({}).build(), lambda n: 10.0)
+    for node in backend.inventory():
+        loop.add_node(node, 0.0)
+    state = loop.state
+    assert isinstance(state, MemoryState)
+    spec = JobSpec(name="gang", gpu=GpuRequest(8), gang_size=2, duration_s=600.0, preemptible=True)  # may use spot
+    gang = Job("gang", spec, 0.0)
+    state.submit(gang)
+    loop.step(0.0)
+    assert "gang" in loop.active
+    # the spot node n1 is gone; n2's pod runs on until stopped
+    loop.handle(BackendEvent(EventKind.NODE_REMOVED, 5.0, node="n1", reason="spot interruption of node n1"), 5.0)
+    ar = loop.active.get("gang")
+    assert ar is not None, "ended at once: its pod on n2 still runs"
+    assert ar.stopping is not None and ar.stopping.kind is StopKind.LOST
+    state.submit(Job("next", JobSpec(name="next", gpu=GpuRequest(8), duration_s=600.0), 5.0))
+    loop.run_cycle(5.0)
+    assert "next" not in loop.active, "placed on n2 beside the gang's pod that still runs there"
+    clock.advance_to(6.0)
+    loop.step(6.0)  # the backend reports the stop; the gang is requeued, n2 is free
+    assert "gang" in loop.pending
+    assert (gang.preemptions, gang.restarts, gang.spot_restarts) == (0, 1, 1)
+    clock.advance_to(7.0)
+    loop.step(7.0)
+    assert "next" in loop.active

@@ -78,6 +78,7 @@ class ActiveRun:
     started_at: float | None = None
     stopping: StopReason | None = None  # why a stop was asked (a cancel, a preemption, its own budget)
     notice_at: float | None = None  # a spot interruption notice reached its node (it checkpointed then)
+    lost_spot: bool = False  # stopped because a spot node of it is gone (a spot restart when it ends)
 
 
 @dataclass(slots=True)
@@ -182,16 +183,31 @@ class WorldLoop:
             self.dirty = True
 
     def remove_node(self, name: str, now: float, reason: str) -> None:
-        """A node is gone with what ran on it: its runs end (requeued from their checkpoints)."""
+        """A node is gone with what ran on it: a run that ran only there ends (requeued from its
+        checkpoint). A run with pods on other nodes too is stopped: those pods run on, holding their
+        GPUs, until they end (a Kubernetes pod has its grace period), so their GPUs are free only
+        when the backend reports the run's end — freeing them now would place other work beside
+        them (issue 22: GPUs over-committed in the chaos run)."""
         ns = self.cluster.nodes.get(name)
         if ns is None or ns.removed_at is not None:
             return
         spot = self.cluster.is_spot(name)
+        names = self.cluster.snapshot.names
         for job_id in sorted(ns.jobs):
             ar = self.active.get(job_id)
-            if ar is not None:
-                ev = BackendEvent(EventKind.LOST, now, job_id=job_id, run=ar.run, reason=reason, ended_at=now)
-                self._isolated(job_id, "its node's removal", functools.partial(self._end_run, ev, now, spot=spot))
+            if ar is None:
+                continue
+            elsewhere = any(names[a.node] != name and names[a.node] in self.cluster.live for a in ar.assignments)
+            if elsewhere:
+                ar.lost_spot = ar.lost_spot or spot
+                self._isolated(
+                    job_id,
+                    "its node's removal",
+                    functools.partial(self.request_stop, job_id, StopReason(StopKind.LOST, reason)),
+                )
+                continue
+            ev = BackendEvent(EventKind.LOST, now, job_id=job_id, run=ar.run, reason=reason, ended_at=now)
+            self._isolated(job_id, "its node's removal", functools.partial(self._end_run, ev, now, spot=spot))
         self._foreign.pop(name, None)
         self.cluster.remove(name, now)
         self.state.node_removed(name, now)
@@ -541,6 +557,9 @@ class WorldLoop:
         ar = self.active.get(ev.job_id)
         if ar is None or ar.run != ev.run:
             return  # already handled (a duplicate report) or not ours
+        # lost with a spot node: on its removal (``spot``), or reported by the backend naming the node
+        lost_on = ev.node if ev.kind is EventKind.LOST else None
+        spot = spot or ar.lost_spot or (lost_on is not None and self.cluster.is_spot(lost_on))
         job = ar.job
         if self.run_ending is not None:
             self.run_ending(job.id, ar.run)

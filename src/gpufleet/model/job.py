@@ -59,6 +59,9 @@ class StopKind(StrEnum):
     CANCEL = "cancel"  # someone cancelled it: it ends CANCELLED
     PREEMPT = "preempt"  # the scheduler needs its room: requeued (from its checkpoint), a preemption
     BUDGET = "budget"  # its own budget (``budget_usd``) is spent: it ends CANCELLED
+    # a node of a multi-node run is gone: its pods on the other nodes are stopped (they hold their
+    # GPUs until they end), then it is requeued from its checkpoint, not counted as a preemption
+    LOST = "lost"
     # a stop stored without a kind gpufleet knows (recovered from an older store): requeued, not a preemption
     OTHER = "other"
 

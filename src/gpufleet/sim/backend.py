@@ -222,12 +222,17 @@ class SimBackend:
             self._push(t, _Kind.NODE_INTERRUPT, sn.node.name)
 
     def _take(self, sn: _Node) -> None:
-        """The node is gone: what ran on it is gone with it (the loop requeues it)."""
+        """The node is gone: what ran only on it is gone with it (the loop requeues it); a run with
+        pods on other nodes runs on there until the loop stops it (as on a real cluster)."""
         sn.removed = True
         for key in list(sn.runs):
             r = self._runs.get(key)
-            if r is not None:
-                self._drop(r)
+            if r is None:
+                continue
+            if any(n != sn.node.name and (o := self.nodes.get(n)) is not None and not o.removed for n in r.nodes):
+                sn.runs.discard(key)
+                continue
+            self._drop(r)
 
     # -- runs --------------------------------------------------------------------------------------
     def launch(self, req: LaunchRequest) -> RunHandle:

@@ -80,8 +80,8 @@ class World:
 def make_world(k8s_cluster_factory: Callable[..., Cluster]) -> Iterator[Callable[..., World]]:
     worlds: list[World] = []
 
-    def make(duration_s: float | None = 0.6, log_every_s: float | None = None) -> World:
-        kubelet = KubeletConfig(default_duration_s=duration_s, checkpoint_s=0.2, log_every_s=log_every_s)
+    def make(duration_s: float | None = 0.6, log_every_s: float | None = None, checkpoint_s: float = 0.2) -> World:
+        kubelet = KubeletConfig(default_duration_s=duration_s, checkpoint_s=checkpoint_s, log_every_s=log_every_s)
         w = World(k8s_cluster_factory(kubelet=kubelet))
         worlds.append(w)
         return w

@@ -277,10 +277,14 @@ class KubernetesBackend:
         nodes = []
         for obj in self._node_objects():
             info = self._node_info(obj)
-            if info is None or not info.schedulable or _gpus_not_advertised(obj, info.node):
+            if info is None or _gpus_not_advertised(obj, info.node):
                 continue
+            # a node that takes no work now (cordoned, tainted NoSchedule, NotReady) is in it too: the
+            # runs there go on (recovery would take them for lost), and the first poll says it takes
+            # no work (NODE_CORDONED) before any cycle places by it
             nodes.append(info.node)
         self._nodes = {n.name: n for n in nodes}
+        self._cordoned = {}
         self._nodes_seen = -1
         return nodes
 
@@ -526,7 +530,7 @@ class KubernetesBackend:
         if not self._runs:
             return node_events
         # a run placed on a node that is gone is lost (the loop requeues it) unless it ended first
-        gone = {e.node for e in node_events if e.kind is EventKind.NODE_REMOVED}
+        gone = {e.node for e in node_events if e.kind is EventKind.NODE_REMOVED and e.node is not None}
         events: list[BackendEvent] = []
         # runs not bound before this poll: none of their containers can have run
         unbound = {key for key, r in self._runs.items() if not r.bound}
@@ -546,9 +550,16 @@ class KubernetesBackend:
                     continue  # not created yet: tried again after its back-off
             pods = self.pod_cache.by_index(r.job_id)
             mine = self._run_pods(r, pods)
+            if lost and r.bound and r.lost_node is None and any(n in self._nodes for n in r.nodes):
+                # its pods on the nodes still there run on (a grace period, a finalizer): stopped, and
+                # reported LOST once they have ended — the loop holds their GPUs until then
+                r.lost_node = min(gone.intersection(r.nodes))
+                r.stopping = r.stopping or f"lost: node {r.lost_node} is gone"
             if r.stopping is not None:
                 self._drive_stop(r, pods)
                 mine = self._without_strays(mine)
+                if r.lost_node is not None:  # its pods on a gone node went with it
+                    mine = [p for p in mine if p.node in self._nodes]
             elif not r.bound and not lost:
                 if not r.job:  # adopted: pods its controller made since the launch join the run
                     self._claim(r, [p for p in pods if p.run != r.run])
@@ -591,12 +602,20 @@ class KubernetesBackend:
                 if r.bound:
                     continue  # the pods as cached predate their binding
             ev = self._ended(r, mine)
-            if ev is None and not lost:
+            if ev is not None and r.lost_node is not None:
+                reason = f"node {r.lost_node} is gone"
+                ev = replace(ev, kind=EventKind.LOST, reason=reason, node=r.lost_node, exit_code=None, signal=None)
+            if ev is None and (not lost or r.lost_node is not None):
                 continue
+            if ev is None:  # lost with its node: said here, the node named (a spot node's loss is a spot restart)
+                node = min(gone.intersection(r.nodes))
+                ev = BackendEvent(
+                    EventKind.LOST, self.options.now(), r.job_id, r.run, reason=f"node {node} is gone", node=node
+                )
             del self._runs[key]
             if ev is not None:
                 events.append(ev)
-            if ev is None or (ev.kind in (EventKind.STOPPED, EventKind.LOST) and r.stopping is None):
+            if ev.kind in (EventKind.STOPPED, EventKind.LOST) and r.stopping is None:
                 # disrupted by someone else (a drain, a node gone): its Job goes, so the Job controller
                 # does not make its pods again (nor for those the pod garbage collector deletes)
                 self._delete_job(r)

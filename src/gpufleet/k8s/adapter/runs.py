@@ -44,6 +44,9 @@ class Run:
     create_body: dict[str, Any] | None = None  # the Job, until the API server has taken it
     no_pods_since: float | None = None  # monotonic: since when its Job has had no pod at all (unbound)
     create_failed: str | None = None  # why the API server refused the Job for good (a retry's answer)
+    # a node of it is gone (the node's name): it is stopped, its pods on the other nodes holding their
+    # GPUs until they end; then reported LOST
+    lost_node: str | None = None
 
 
 def disrupted(pod: PodFacts) -> bool:
