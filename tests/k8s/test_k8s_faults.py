@@ -486,3 +486,27 @@ def test_a_run_that_loses_one_of_its_nodes_ends_when_its_other_pods_have(make_wo
     left = survivor()
     assert left is None or left["status"].get("phase") in ("Succeeded", "Failed"), "reported before its pod ended"
     assert ev.ended_at is not None and ev.ended_at >= deleted_at + 1.0  # its pod's SIGTERM took 1.5 s
+
+
+def test_a_run_past_its_max_runtime_is_timed_out_not_failed_or_lost(make_world: Callable[..., World]) -> None:
+    """A job's max runtime is its run's Job's ``activeDeadlineSeconds``: past it, the Job controller
+    deletes the pods (SIGTERM; the container exits 143) and fails the Job (DeadlineExceeded). The
+    substrate's Job controller did not model the deadline, and the backend read that end as the
+    job's own failure (retried) or as pods deleted by someone (requeued): a job with a max runtime
+    ran again and again. It ends TIMED_OUT."""
+    import dataclasses
+
+    import kubernetes.client
+
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    w.backend.launch(dataclasses.replace(w.request("bounded", "gpu-a"), max_runtime_s=2.0))
+    w.running("bounded")
+    events = w.until(lambda evs: any(e.job_id == "bounded" for e in evs), timeout=30)
+    (ev,) = [e for e in events if e.job_id == "bounded"]
+    assert ev.kind is EventKind.TIMED_OUT, ev
+    assert "max runtime" in ev.reason
+    (job,) = kubernetes.client.BatchV1Api(w.client).list_namespaced_job(NS).items
+    reasons = {c.type: c.reason for c in job.status.conditions or []}
+    assert reasons.get("FailureTarget") == "DeadlineExceeded"
+    assert w.cluster.kubelet is not None and [s.signal for s in w.cluster.kubelet.sigterms(NS)] == ["SIGTERM"]

@@ -36,7 +36,11 @@ by an ``Orphan`` deletion) or finished loses its finalizer whatever its phase
 (``syncOrphanPod``); so does every pod of a Job being deleted (``canRemoveFinalizer``). A pod
 controlled by something else is left alone.
 
-Not modelled: ``activeDeadlineSeconds``, ``suspend``, ``backoffLimitPerIndex``, ``successPolicy``,
+**Deadline.** A Job whose ``activeDeadlineSeconds`` have passed since its ``startTime`` (its first
+sync) fails as ``pastActiveDeadline`` makes it: ``FailureTarget`` (``DeadlineExceeded``), its active
+pods deleted (their grace: SIGTERM first), then ``Failed`` once none is terminating.
+
+Not modelled: ``suspend``, ``backoffLimitPerIndex``, ``successPolicy``,
 ``completions``-less work queues beyond "one success ends it", surplus-pod deletion, and the
 exponential back-off before replacing a failed pod (``pod_failure_backoff_s``: the real 10 s,
 doubled per failure, is 0 here unless a test asks for it).
@@ -46,6 +50,7 @@ doubled per failure, is 0 here unless a test asks for it).
 
 from __future__ import annotations
 
+import calendar
 import json
 import secrets
 import threading
@@ -66,6 +71,16 @@ Obj = dict[str, Any]
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _past_active_deadline(spec: Obj, status: Obj) -> bool:
+    """``pastActiveDeadline``: ``activeDeadlineSeconds`` have passed since the Job's ``startTime``
+    (set at its first sync; a Job not started yet, or suspended, has no deadline running)."""
+    deadline, start = spec.get("activeDeadlineSeconds"), status.get("startTime")
+    if deadline is None or not start or spec.get("suspend"):
+        return False
+    started = calendar.timegm(time.strptime(str(start), "%Y-%m-%dT%H:%M:%SZ"))
+    return time.time() - started >= int(deadline)
 
 
 def _phase(pod: Obj) -> str:
@@ -319,6 +334,12 @@ class JobController:
                 "type": "FailureTarget",
                 "reason": "BackoffLimitExceeded",
                 "message": "Job has reached the specified backoff limit",
+            }
+        if finishing is None and _past_active_deadline(spec, status):
+            finishing = {
+                "type": "FailureTarget",
+                "reason": "DeadlineExceeded",
+                "message": "Job was active longer than specified deadline",
             }
         failing = finishing is not None and finishing["type"] == "FailureTarget"
 

@@ -331,6 +331,8 @@ class KubernetesBackend:
         name = str(body["metadata"]["name"])
         run = Run(req.job_id, req.run, ns, name, tuple(p.node for p in req.placement), self.options.now())
         run.create_body = body
+        deadline = body["spec"].get("activeDeadlineSeconds")
+        run.max_runtime_s = float(deadline) if deadline is not None else None
         self._create(run, first=True)  # a refusal for good raises; a transient one is retried by poll()
         self._runs[key] = run
         return self._handle(run)

@@ -11,7 +11,7 @@ Pure: no I/O (:mod:`gpufleet.k8s.adapter.backend` reads the pods and acts on the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpufleet.backends.base import BackendEvent, EventKind
@@ -47,6 +47,7 @@ class Run:
     # a node of it is gone (the node's name): it is stopped, its pods on the other nodes holding their
     # GPUs until they end; then reported LOST
     lost_node: str | None = None
+    max_runtime_s: float | None = None  # its Job's activeDeadlineSeconds (None: no deadline)
 
 
 def disrupted(pod: PodFacts) -> bool:
@@ -57,7 +58,27 @@ def disrupted(pod: PodFacts) -> bool:
 
 def run_end(r: Run, pods: list[PodFacts], now: float) -> BackendEvent | None:
     """How run ``r`` ended, judged from its pods as cached (None: it has not). Records on ``r``
-    the earliest container start seen (pods can vanish as they end). Pure: no I/O."""
+    the earliest container start seen (pods can vanish as they end). Pure: no I/O.
+
+    A run that did not succeed and was not being stopped, ending once its max runtime has passed,
+    was ended by its Job's ``activeDeadlineSeconds`` (the Job controller deletes its pods: SIGTERM,
+    exit 143, or gone before their end was seen): TIMED_OUT, as the other worlds say. The deadline
+    runs from the Job's ``startTime`` (its first sync, whole seconds: up to a second before the
+    launch was recorded here)."""
+    ev = _pods_end(r, pods, now)
+    if (
+        ev is not None
+        and r.max_runtime_s is not None
+        and r.stopping is None
+        and ev.kind in (EventKind.FAILED, EventKind.STOPPED, EventKind.LOST)
+        and (ev.ended_at or now) >= r.started_at + r.max_runtime_s - 1.0
+    ):
+        reason = f"ran past its max runtime of {r.max_runtime_s:g} s (its Job's activeDeadlineSeconds)"
+        return replace(ev, kind=EventKind.TIMED_OUT, reason=reason)
+    return ev
+
+
+def _pods_end(r: Run, pods: list[PodFacts], now: float) -> BackendEvent | None:
     starts = [p.started_at for p in pods if p.started_at is not None]
     if starts:
         r.ran_from = min(starts) if r.ran_from is None else min(r.ran_from, *starts)
