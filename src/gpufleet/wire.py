@@ -536,6 +536,14 @@ class BudgetStatusOut(_Out):
     thresholds_crossed: list[float]
     enforcing: bool  # throttle/block in force (over the limit for at least grace_s)
     alerts: list[BudgetAlertOut]
+    basis: Literal["jobs", "nodes"] = Field(
+        default="jobs", description="what the spend counts: jobs' attributed spend (a budget never counts idle)"
+    )
+    basis_note: str = Field(default="", description="the basis in words")
+    projected_from_s: float = Field(
+        default=0.0, description="seconds of history the projection's rate is measured over (the period or the ledger)"
+    )
+    projection_note: str = Field(default="", description="what the projection extrapolates from, in words")
 
 
 class BudgetCheckLine(_Out):
@@ -623,6 +631,15 @@ class SpendForecastOut(_Out):
     floor_usd: float = Field(
         default=0.0, description="spent + unfinished jobs' estimated rest: the forecast is never below it"
     )
+    basis: Literal["jobs", "nodes"] = Field(
+        default="nodes",
+        description="what the spend counts: nodes (the cluster: node cost, idle included) or jobs (a team's charges)",
+    )
+    basis_note: str = Field(default="", description="the basis in words, with the cluster's idle share")
+    jobs_spent_usd: float | None = Field(
+        default=None, description="the cluster's jobs' charges in the period (what an `all` budget counts)"
+    )
+    projection_note: str = Field(default="", description="what the forecast extrapolates from, in words")
 
 
 class AnomalyCauseOut(_Out):
@@ -658,6 +675,11 @@ class RecommendationOut(_Out):
     confidence: float
     evidence: dict[str, float | str]
     whatif: str | None  # the change `gpufleet whatif --change` replays to back the figure
+    history_s: float = Field(default=0.0, description="seconds of history (the observed window) the figure stands on")
+    enough_history: bool = Field(
+        default=True, description="False: under an hour observed, the figure is an order of magnitude, not an offer"
+    )
+    monthly_basis: str = Field(default="", description="what the monthly figure extrapolates from, in words")
 
 
 class RoiOut(_Out):

@@ -287,7 +287,7 @@ def test_stdio_tools_answer_with_the_members_token(fleet: Fleet, tmp_path: Path)
             # whatif: the member's own jobs, replayed in-process
             wi = _data(await m.call_tool("whatif", {"change": "spot+autoscaling", "window": fleet.window}))
             assert wi["scope"] == "team:alpha" and wi["jobs"] == len(fleet.done_alpha)
-            assert wi["baseline"]["completed"] == wi["jobs"] and wi["variant"]["cost_usd"] <= wi["baseline"]["cost_usd"]
+            assert wi["baseline"]["completed"] == wi["jobs"] and wi["savings_usd"] >= 0  # over one horizon
             assert "in-process" in wi["method"]
 
             # diagnose_anomaly: the API's anomalies (none in a few minutes of history)

@@ -42,6 +42,11 @@ class Recommendation(_Model):
     confidence: float = Field(description="0..1")
     evidence: dict[str, float | str]
     whatif: str | None = Field(description="the what-if change that replays the figure (whatif tool)")
+    history_s: float = Field(default=0.0, description="seconds of history the figure stands on")
+    enough_history: bool = Field(
+        default=True, description="False: under an hour observed; the figure is an order of magnitude, not an offer"
+    )
+    monthly_basis: str = Field(default="", description="what the monthly figure extrapolates from")
 
 
 class Recommendations(_Model):

@@ -219,12 +219,14 @@ def _print_status(st: "BudgetStatusOut") -> None:
     )
     from gpufleet.cost.budgets.status import left_phrase
 
-    console.print(f"spent ${st.spend_usd:,.2f} of ${st.limit_usd:,.2f} ({st.percent:.1f}%)")
+    counts = st.basis_note or st.basis
+    console.print(f"spent ${st.spend_usd:,.2f} of ${st.limit_usd:,.2f} ({st.percent:.1f}%; {counts})")
     console.print(
         f"committed ${st.committed_usd:,.2f} (spent plus the estimated rest of running and queued jobs): "
         f"{left_phrase(st.limit_usd, st.committed_usd)}"
     )
-    console.print(f"projected ${st.projected_usd:,.2f} at period end (run rate so far, at least what is committed)")
+    how = st.projection_note or "run rate so far, at least what is committed"
+    console.print(f"projected ${st.projected_usd:,.2f} at period end ({how})")
     if st.enforcing:
         console.print(f"[bold red]{st.action} in force[/]")
     for a in st.alerts:

@@ -517,14 +517,26 @@ def show(
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Show a job and its state transitions."""
+    """Show a job, what it cost (attributed from the ledger) and its state transitions."""
     with make_client(url, token) as client:
         job = client.get(job_id)
         events = client.events(job_id)
+        cost_usd = _attributed_cost(client, job)
     if as_json:
-        emit_json({"job": job, "events": events})
+        emit_json({"job": job, "events": events, "cost_usd": cost_usd})
     else:
-        print_job(job, events)
+        print_job(job, events, cost_usd=cost_usd)
+
+
+def _attributed_cost(client: "Client", job: "JobOut") -> float | None:
+    """What the ledger charged the job so far (its forecast's ``spent_usd``: the same figure
+    ``cost --by job`` shows); None for a job that never started, or a server that cannot say."""
+    if job.started_at is None:
+        return None
+    try:
+        return client.forecast(job.id).spent_usd
+    except GpufleetError:  # an older server without the route: the job is shown without its cost
+        return None
 
 
 @handle_errors

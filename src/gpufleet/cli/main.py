@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from gpufleet import __version__
-from gpufleet.cli import admin, jobs, optimize
+from gpufleet.cli import admin, insights, jobs, optimize
 from gpufleet.cli.budget import budget_app
 from gpufleet.cli.common import console, fail, handle_errors
 from gpufleet.cli.cost import cost_app
@@ -135,6 +135,8 @@ app.command("whoami")(admin.whoami)
 app.command("optimize")(optimize.optimize)
 app.command("whatif")(optimize.whatif)
 app.command("roi")(optimize.roi_command)
+app.command("forecast")(insights.forecast)
+app.command("anomalies")(insights.anomalies)
 app.command("mcp")(mcp)  # the MCP server for agents (imports the mcp package when it runs)
 app.command("version")(version)
 app.command("prices")(prices)

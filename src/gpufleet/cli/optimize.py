@@ -69,6 +69,8 @@ def optimize(
         console.print(recommendations_table(recs))
         total = sum(r.monthly_savings_usd for r in recs)
         console.print(f"up to {money(total)}/month if every recommendation is taken (they may overlap)")
+        if not all(r.enough_history for r in recs):
+            console.print("[dim]note: not enough history (under an hour): the figures are orders of magnitude[/]")
 
 
 ROI_FORMATS = ("table", "json", "csv")
@@ -195,7 +197,8 @@ def whatif(
         ("waste_share", "waste share"),
     ):
         bv, vv = b[key], v[key]
-        delta = None if bv is None or vv is None else vv - bv
+        # cost: over one horizon (the baseline's cluster kept on while the variant runs longer)
+        delta = d["delta"]["cost_usd"] if key == "cost_usd" else (None if bv is None or vv is None else vv - bv)
         rows.append([label, _fmt(bv, key), _fmt(vv, key), _fmt(delta, key, signed=True)])
     title = [f"what-if {ch.text}", f"{tr.name} ({len(tr.jobs):,} jobs, seed {seed})"]
     cols: list[Col | str] = ["", *(Col(h, justify="right") for h in ("BASELINE", "VARIANT", "Δ"))]

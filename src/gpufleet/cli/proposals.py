@@ -26,7 +26,6 @@ from gpufleet.cli.render import (
     money,
     note,
     print_table,
-    short_id,
     until,
 )
 
@@ -82,11 +81,11 @@ def ls(
     if not items:
         note("no proposals" + (f" in state {state}" if state else ""))
         return
-    cols = [
+    cols = [  # ids are never cut (the proposal's, and a job id as TARGET): they are what people copy
         Col("ID"),
         Col("STATE"),
         Col("ACTION"),
-        Col("TARGET", cut="middle", min_width=8),
+        Col("TARGET"),
         Col("TEAM", cut="middle", min_width=6, hide=2),
         Col("EST/MO", justify="right"),
         Col("REAL/MO", justify="right", hide=3),
@@ -95,7 +94,7 @@ def ls(
     ]
     rows = [
         [
-            escape(p.id if wide else short_id(p.id)),
+            escape(p.id),
             _state(p.state),
             p.action,
             escape(p.target),

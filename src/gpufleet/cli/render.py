@@ -260,21 +260,48 @@ def _text(cell: str | Text) -> Text:
     return text
 
 
+_LOOSE = " .…"  # not kept next to the ellipsis: a cut shows one mark, never ``python …..``
+
+
+def _word_end(plain: str, end: int, floor: int) -> int:
+    """Where a head of ``plain`` kept up to ``end`` should stop: before the space that starts the
+    word it would cut into, if that keeps at least ``floor`` characters (a name is not cut mid-word
+    when it can be avoided); else at ``end``."""
+    if end >= len(plain) or plain[end] == " " or plain[end - 1] == " ":
+        return end
+    space = plain.rfind(" ", 0, end)
+    return space if space >= floor else end
+
+
 def cut_text(text: Text, width: int, how: Cut) -> Text:
-    """``text`` in at most ``width`` cells: unchanged if it fits, else shortened with ``…`` — in the
-    middle (three quarters of what is kept from the start: ``train-res…-v2``) or at the end."""
+    """``text`` in at most ``width`` cells: unchanged if it fits, else shortened with one ``…`` — in
+    the middle (three quarters of what is kept from the start: ``train-res…-v2``) or at the end;
+    between words when that keeps at least half of what would be kept (``waiting for…``, not
+    ``waiting fo…``), with no spaces or dots left next to the ``…``."""
     if text.cell_len <= width:
         return text
     if width <= 1:
         return Text("…"[:width])
+    plain = text.plain
     if how == "end":
-        out = text.copy()
-        out.truncate(width, overflow="ellipsis")
-        return out
+        keep = width - 1
+        while keep > 0 and text[:keep].cell_len > keep:  # wide characters take two cells
+            keep -= 1
+        kept = text[: _word_end(plain, keep, keep // 2)]
+        while len(kept) and kept.plain[-1] in _LOOSE:
+            kept = kept[: len(kept) - 1]
+        return Text.assemble(kept, "…")
     keep = width - 1
     head, tail = keep - keep // 4, keep // 4
     while True:
-        out = Text.assemble(text[:head], "…", text[len(text) - tail :] if tail else "")
+        h = _word_end(plain, head, head // 2)
+        front = text[:h]
+        while len(front) and front.plain[-1] in _LOOSE:
+            front = front[: len(front) - 1]
+        back = text[len(text) - tail :] if tail else Text("")
+        while len(back) and back.plain[0] in _LOOSE:
+            back = back[1:]
+        out = Text.assemble(front, "…", back)
         if out.cell_len <= width or head + tail == 0:
             return out
         if head > tail:
@@ -295,30 +322,42 @@ def title_text(parts: Sequence[str], width: int) -> Text:
     return Text("\n".join(lines), style="table.title", no_wrap=True, overflow="ignore")
 
 
+def _give(widths: dict[int, int], floors: dict[int, int], excess: int) -> int:
+    """Take ``excess`` cells, one at a time, from the column furthest above its floor; what is left."""
+    while excess > 0:
+        room = [i for i in floors if widths[i] > floors[i]]
+        if not room:
+            break
+        widest = max(room, key=lambda i: (widths[i] - floors[i], i))
+        widths[widest] -= 1
+        excess -= 1
+    return excess
+
+
 def _fit(cols: Sequence[Col], rows: Sequence[list[Text]], width: int) -> tuple[list[int], list[int]]:
-    """Which columns to show and how wide, for a table at most ``width`` cells wide."""
+    """Which columns to show and how wide, for a table at most ``width`` cells wide.
+
+    In order, only as far as the table is too wide: free text (``end``) gives way down to its
+    minimum; then the least important columns are left out; only then are names (``middle``) cut —
+    a name is cut when the terminal is too narrow for it, not to keep a column of dates."""
     natural = [max([len(c.header), *(cells[i].cell_len for cells in rows)]) for i, c in enumerate(cols)]
     visible = [i for i, c in enumerate(cols) if not c.hide or any(cells[i].plain.strip() for cells in rows)]
     while True:
         widths = {i: natural[i] for i in visible}
         excess = sum(widths.values()) + GAP * (len(visible) - 1) - width
         floors = {i: max(len(cols[i].header), cols[i].min_width) for i in visible if cols[i].cut}
-        while excess > 0:  # take one cell at a time from the widest column that may still give way
-            room = [i for i in floors if widths[i] > floors[i]]
-            if not room:
-                break
-            widest = max(room, key=lambda i: (widths[i] - floors[i], i))
-            widths[widest] -= 1
-            excess -= 1
+        excess = _give(widths, {i: f for i, f in floors.items() if cols[i].cut == "end"}, excess)
         hideable = [i for i in visible if cols[i].hide > 0]
-        if excess > 0 and not hideable:  # last resort: cut columns below their minimum, not others
+        if excess > 0 and hideable:
+            visible.remove(max(hideable, key=lambda i: (cols[i].hide, i)))
+            continue
+        excess = _give(widths, floors, excess)
+        if excess > 0:  # last resort: cut columns below their minimum, not others
             for i in sorted(floors, key=lambda i: widths[i], reverse=True):
                 give = min(excess, max(0, widths[i] - min(LAST_RESORT, widths[i])))
                 widths[i] -= give
                 excess -= give
-        if excess <= 0 or not hideable:
-            return visible, [widths[i] for i in visible]
-        visible.remove(max(hideable, key=lambda i: (cols[i].hide, i)))
+        return visible, [widths[i] for i in visible]
 
 
 def make_table(
@@ -410,7 +449,7 @@ def jobs_table(jobs: Iterable[JobOut], *, wide: bool = False, width: int | None 
         rows.append(
             [
                 escape(j.id if wide else short_id(j.id)),
-                escape(j.name or " ".join(j.command)[:30]),
+                escape(j.name or " ".join(j.command)),  # the table cuts it, with one ellipsis
                 escape(j.team),
                 state_text(j.state),
                 gpu_shape(j),
@@ -423,7 +462,8 @@ def jobs_table(jobs: Iterable[JobOut], *, wide: bool = False, width: int | None 
     return make_table(cols, rows, wide=wide, width=width)
 
 
-def print_job(job: JobOut, events: Sequence[JobEventOut]) -> None:
+def print_job(job: JobOut, events: Sequence[JobEventOut], *, cost_usd: float | None = None) -> None:
+    """A job for people; ``cost_usd``: what the ledger attributed to it (so far, if it has not ended)."""
     now = _now()
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -439,6 +479,8 @@ def print_job(job: JobOut, events: Sequence[JobEventOut]) -> None:
         ("submitted", f"{job.submitted_at:%Y-%m-%d %H:%M:%S %Z} ({ago(job.submitted_at, now)})"),
         ("runtime", humanize_duration(runtime(job, now))),
     ]
+    if cost_usd is not None:
+        rows.append(("cost", money(cost_usd) + ("" if job.terminal else " so far")))
     if job.cpu_milli or job.memory_mib:
         rows.append(("requests", f"{job.cpu_milli / 1000:g} CPU · {job.memory_mib / 1024:g} GiB memory"))
     if job.max_runtime_s:

@@ -27,6 +27,20 @@ class Period:
         return self.end - self.start
 
 
+def history_text(seconds: float) -> str:
+    """``53 s``, ``24 min``, ``5.5 h``, ``3.2 days``: how much history a projection stands on
+    (said one way by the budgets, the spend forecast and the recommendations)."""
+    s = max(0.0, seconds)
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{s / 60:.0f} min"
+    if s < DAY_S:
+        return f"{s / 3600:.3g} h"
+    days = f"{s / DAY_S:.3g}"
+    return f"{days} day" if days == "1" else f"{days} days"
+
+
 def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)

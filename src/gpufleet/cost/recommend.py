@@ -42,6 +42,17 @@ reserved       a constant baseline of GPUs held (the ``reserved_quantile`` of ho
                a reserved discount is given: reserve it. $ = baseline × month × on-demand × discount.
 ============== =================================================================================
 
+**History caps confidence.** A recommendation is only as sure as the history behind it: its
+confidence is at most :func:`history_weight` of the observed window, ``sqrt(min(1, observed / 24 h))``
+— full weight from a day of history (one daily cycle of the workload: a night's lull and a day's
+peak are both in it), 0.5 at 6 h, 0.2 at 1 h, under 0.04 at 2 minutes, so minutes of history can
+never give 50 %+. The square root is the shape of a rate's standard error (it shrinks as
+``1/sqrt(hours)``, :func:`gpufleet.cost.forecast.rate_rel_se`). Under ``MIN_HISTORY_S`` (1 h)
+observed — where a rate's relative standard error is 100 %, i.e. the figure cannot be told from
+zero — a recommendation is flagged ``enough_history = False`` and its action says so: the dollars
+are an order of magnitude, not an offer. Every recommendation says what its monthly figure
+extrapolates from (``monthly_basis``, ``history_s``).
+
 Each recommendation carries ``whatif``: the change ``gpufleet whatif --change`` replays to back the
 figure (``spot``, ``sharing``, ``autoscaling``, ``gpu-type:<model>``), or None when the figure is
 direct arithmetic (stopping an idle job).
@@ -53,7 +64,7 @@ import hashlib
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -61,6 +72,7 @@ import numpy as np
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.forecast import ProgressReport, forecast_job
 from gpufleet.cost.ledger import Ledger, UsageSegment
+from gpufleet.cost.periods import history_text
 from gpufleet.cost.roi import HOURS_PER_MONTH
 from gpufleet.cost.rules import PricingRules
 from gpufleet.cost.spend import job_costs_usd, spend_report
@@ -87,6 +99,16 @@ DENSE_TFLOPS: dict[str, float] = {
     "V100-32GB": 125.0,
     "P100": 18.7,
 }
+
+
+FULL_WEIGHT_HISTORY_S = 86400.0  # a day of history: full confidence weight (one daily cycle)
+MIN_HISTORY_S = 3600.0  # under an hour: a rate's relative standard error is 100 % → flagged
+
+
+def history_weight(observed_s: float) -> float:
+    """The most confidence ``observed_s`` seconds of history can back (module docstring):
+    ``sqrt(min(1, observed_s / FULL_WEIGHT_HISTORY_S))`` — 1 at a day, 0.5 at 6 h, 0.2 at 1 h."""
+    return math.sqrt(min(1.0, max(0.0, observed_s) / FULL_WEIGHT_HISTORY_S))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +185,9 @@ class Recommendation:
     confidence: float  # 0..1
     evidence: Mapping[str, float | str]
     whatif: str | None = None
+    history_s: float = 0.0  # the observed window the figure stands on (seconds)
+    enough_history: bool = True  # False: under MIN_HISTORY_S observed, the figure is an order of magnitude
+    monthly_basis: str = ""  # what the monthly figure extrapolates from, in words
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -175,6 +200,9 @@ class Recommendation:
             "confidence": self.confidence,
             "evidence": dict(self.evidence),
             "whatif": self.whatif,
+            "history_s": self.history_s,
+            "enough_history": self.enough_history,
+            "monthly_basis": self.monthly_basis,
         }
 
 
@@ -237,15 +265,49 @@ def recommend(
         out.extend(_telemetry_recs(job_id, use, facts, smp, rate, model, to_month, now, cfg, catalog))
         out.extend(_spot_rec(job_id, use, facts, model, to_month, catalog))
         out.extend(_off_peak_rec(job_id, use, facts, to_month, cfg))
-        out.extend(_early_stop_rec(job_id, use, facts, inputs.progress.get(job_id, ()), rate, now, cfg))
+        runs = _runs(inputs.ledger, job_id, now, running=facts.state == "RUNNING")
+        out.extend(_early_stop_rec(job_id, use, facts, inputs.progress.get(job_id, ()), rate, now, cfg, runs))
     out.extend(_reserved_recs(inputs.ledger, start, now, cfg, catalog))
     out.extend(_idle_capacity_recs(inputs.ledger, inputs.rules, start, now, cfg, to_month))
+    out = [_with_history(r, now - start, to_month) for r in out]
     out.sort(key=lambda r: (-r.monthly_savings_usd, r.kind, r.target))
     return out
 
 
+# the kinds whose monthly figure is not the window scaled to a month
+_MONTHLY_BASIS: dict[str, str] = {
+    "idle": f"its current cost rate × {HOURS_PER_MONTH:g} h (if it keeps running a month)",
+    "early_stop": "one-off: the forecast cost of the rest of its run",
+    "reserved": f"the baseline GPUs × {HOURS_PER_MONTH:g} h × on-demand price × discount",
+}
+
+
+def _with_history(r: Recommendation, observed_s: float, to_month: float) -> Recommendation:
+    """``r`` with its confidence capped by the history behind it, flagged under ``MIN_HISTORY_S``,
+    and its monthly figure's basis in words (module docstring, "History caps confidence")."""
+    seen = history_text(observed_s)
+    basis = _MONTHLY_BASIS.get(r.kind) or f"extrapolated from {seen} of history (× {to_month:,.4g} to a month)"
+    enough = observed_s >= MIN_HISTORY_S
+    action = r.action
+    if not enough:
+        action += (
+            f" Not enough history to quote: {seen} observed (at least {history_text(MIN_HISTORY_S)}); "
+            "the figure is an order of magnitude."
+        )
+    return replace(
+        r,
+        action=action,
+        confidence=round(min(r.confidence, history_weight(observed_s)), 2),
+        history_s=observed_s,
+        enough_history=enough,
+        monthly_basis=basis,
+    )
+
+
 def _job_uses(ledger: Ledger, rules: PricingRules | None, start: float, now: float) -> dict[str, _JobUse]:
-    costs = job_costs_usd(ledger, rules, start, now, as_of=now)
+    # exact, not rounded to cents: a cost rate (and the month it is scaled to) from a rounded cent
+    # over a few minutes is not the job's price
+    costs = job_costs_usd(ledger, rules, start, now, as_of=now, exact=True)
     uses: dict[str, _JobUse] = {}
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for s in ledger.segments(as_of=now):
@@ -483,6 +545,7 @@ def _early_stop_rec(
     rate: float,
     now: float,
     cfg: RecommendConfig,
+    runs: Sequence[tuple[float, float | None]] | None = None,
 ) -> list[Recommendation]:
     if facts.state != "RUNNING" or len(reports) < 2 * cfg.plateau_reports:
         return []
@@ -504,6 +567,7 @@ def _early_stop_rec(
             now=now,
             started_at=facts.started_at,
             estimated_runtime_s=facts.estimated_runtime_s,
+            runs=runs,
         )
         if fc.remaining_usd is None or fc.remaining_usd <= 0:
             continue
@@ -522,6 +586,26 @@ def _early_stop_rec(
             )
         ]
     return []
+
+
+def _runs(ledger: Ledger, job_id: str, now: float, *, running: bool) -> list[tuple[float, float | None]] | None:
+    """The job's runs as the ledger saw them — the union of its segments' spans (a gang's pods
+    count once), the last one open while it runs — so its forecast counts *running* time, not the
+    wall time since it first started (a preempted job's wait in the queue is neither progress at
+    its rate nor time off its estimate). None when the ledger holds none of it."""
+    spans = sorted((s.start, s.end) for s in ledger.segments(as_of=now) if s.job_id == job_id)
+    if not spans:
+        return None
+    merged: list[list[float]] = [list(spans[0])]
+    for a, b in spans[1:]:
+        if a > merged[-1][1]:
+            merged.append([a, b])
+        else:
+            merged[-1][1] = max(merged[-1][1], b)
+    out: list[tuple[float, float | None]] = [(a, b) for a, b in merged]
+    if running and merged[-1][1] >= now:
+        out[-1] = (merged[-1][0], None)
+    return out
 
 
 def _peak(spans: Sequence[tuple[float, float, float]]) -> float:

@@ -14,7 +14,10 @@ Notation over the window ``[start, end)`` of ``T`` hours, from the ledger (segme
 **Observed window**: ``[start, end)`` is clipped to what the ledger saw — it starts no earlier than
 the first node interval — so a server 20 minutes old is judged on 20 minutes, not on 30 days. Under
 ``MIN_HOURS`` (24 h) observed, the report says there is too little history to judge and gives no
-annual projection or payback.
+savings percentage, annual projection or payback: the counterfactual sizes a fixed cluster for the
+peak, and a window shorter than a day has not seen a day's peak and lull (over 53 s, one node's
+idle minute against one job's peak reads "−700 %"). The dollars over the window stay: they are
+what happened.
 
 **Counterfactual** ``C0 = P · T · p_ref``: the same work on a fixed cluster of ``P`` on-demand whole
 GPUs of the reference model, on for the whole (observed) window ``T``.
@@ -267,7 +270,7 @@ def roi_report(
         c0,
         actual,
         savings,
-        savings / c0 if c0 > 0 else None,
+        savings / c0 if c0 > 0 and hours >= min_hours else None,
         levers,
         annual,
         platform_cost_usd,
@@ -294,7 +297,14 @@ def format_roi(report: Mapping[str, Any], fmt: str = "table") -> str:
         f"(peak demand; the fleet peaked at {report.get('fleet_peak_gpus', '?')})",
         f"  at ${float(report['reference_usd_per_gpu_hour']):.4f}/GPU-h = ${float(report['counterfactual_usd']):,.2f}",
         f"  actual spend:   ${float(report['actual_usd']):,.2f}",
-        f"  savings:        ${savings:,.2f}" + (f" ({float(pct):.1%})" if pct is not None else ""),
+        f"  savings:        ${savings:,.2f}"
+        + (
+            f" ({float(pct):.1%})"
+            if pct is not None
+            else " (not enough history for a percentage)"
+            if not report.get("enough_history", True)
+            else ""
+        ),
         "",
         f"  {'lever':<14}{'USD':>16}{'share':>9}",
     ]

@@ -55,6 +55,14 @@ if TYPE_CHECKING:
 
 DAY_S = 86400.0
 
+# What a spend figure counts — every figure the API shows for a scope's spend says which (``basis``):
+# a budget counts what its jobs were charged (idle capacity is no job's), the cluster's forecast
+# what the nodes cost (idle included). The difference of the two for the whole cluster is idle.
+SPEND_BASES: dict[str, str] = {
+    "jobs": "what jobs were charged (their attributed spend; idle capacity not included)",
+    "nodes": "what the nodes cost, idle capacity included",
+}
+
 
 def spend_report(
     ledger: Ledger,

@@ -51,9 +51,9 @@ from gpufleet.cost.budgets.status import budget_status, enforcing
 from gpufleet.cost.budgets.throttle import ThrottleRule
 from gpufleet.cost.catalog import PriceCatalog
 from gpufleet.cost.job_estimate import estimate_job_cost, usd_per_gpu_hour
-from gpufleet.cost.periods import DAY_S, Period, iso, last_complete_day, zone
+from gpufleet.cost.periods import DAY_S, Period, history_text, iso, last_complete_day, zone
 from gpufleet.cost.rules import PricingRules
-from gpufleet.cost.spend import job_costs_usd, scope_spend_usd
+from gpufleet.cost.spend import SPEND_BASES, job_costs_usd, scope_spend_usd
 from gpufleet.errors import CatalogError, InputError, PermissionDeniedError
 from gpufleet.loop.budgets import Evaluation, Overrun, block_refusal, evaluate, overrun
 from gpufleet.model.gpu import MILLI
@@ -284,7 +284,7 @@ def budget_status_out(s: Session, row: BudgetRow, now: float, rules: PricingRule
     period = b.period_at(now)
     spend = scope_spend(s, b.scope, period.start, period.end, now, rules=rules)
     committed = committed_spend(s, b.scope, period, now, rules=rules)
-    status = budget_status(b, period, spend, now, committed.total_usd)
+    status = budget_status(b, period, spend, now, committed.total_usd, history_start=repo.ledger_start(s))
     in_force = enforcing(b, budgets_repo.over_since(s, b.id, period.start), now, over=status.over)
     alerts = budgets_repo.alerts_of(s, b.id, period.start, period.end)
     sent: dict[int, Counter[str]] = {}
@@ -302,6 +302,12 @@ def budget_status_out(s: Session, row: BudgetRow, now: float, rules: PricingRule
         committed_usd=round(committed.total_usd, 2),
         percent=round(status.percent, 2),
         projected_usd=round(status.projected_usd, 2),
+        basis="jobs",
+        basis_note=SPEND_BASES["jobs"],
+        projected_from_s=round(status.projected_from_s, 3),
+        projection_note=f"at the rate over {history_text(status.projected_from_s)} of history"
+        + (" (since the server's ledger started)" if status.projected_from_s < now - period.start - 1e-6 else "")
+        + ", at least what is committed",
         remaining_usd=round(status.remaining_usd, 2),
         days_left=round(status.days_left, 3),
         thresholds_crossed=[t.percent for t in status.crossed],
@@ -399,6 +405,19 @@ def check_project(s: Session, project: str, team: str) -> None:
         )
 
 
+def _estimate_usd(s: Session, fields: Mapping[str, Any]) -> float:
+    """A job's estimated cost, as the block check charges it (its GPUs at the price of a GPU-hour
+    of the models it may run on, for its estimated or maximum runtime)."""
+    gpus = milli_gpus(int(fields.get("pods") or 1) * int(fields.get("gpus", 0)) * int(fields.get("gpu_milli", MILLI)))
+    price = gpu_hour_price(s, tuple(fields.get("gpu_types") or ()))
+    return estimate_job_cost(
+        gpus,
+        price,
+        estimated_runtime_s=fields.get("estimated_runtime_s"),
+        max_runtime_s=fields.get("max_runtime_s"),
+    ).cost_usd
+
+
 def check_submission(
     s: Session,
     fields: Mapping[str, Any],
@@ -408,6 +427,7 @@ def check_submission(
     submitted_by: str | None = None,
     idempotency_key: str | None = None,
     rules: PricingRules | None = None,
+    replaces: Mapping[str, Any] | None = None,
 ) -> None:
     """The block check of one submission, inside the transaction that inserts the job.
 
@@ -425,6 +445,11 @@ def check_submission(
 
     First, a job tagged with a project another team owns through its budget is refused
     (:func:`check_project`).
+
+    ``replaces``: the fields of the job this one replaces (an approved resize, cancelled in the same
+    transaction). A replacement estimated at no more than that job is not checked: it lowers the
+    committed spend, so the budget it relieves must not refuse it (issue 23, item 10). A dearer one
+    is checked like any new job.
     """
     if not budgets_repo.key_used(s, submitted_by, idempotency_key):
         check_project(s, str(fields.get("project", "")), team)
@@ -440,15 +465,10 @@ def check_submission(
     )
     if not rows or budgets_repo.key_used(s, submitted_by, idempotency_key):
         return
+    job_cost = _estimate_usd(s, fields)
+    if replaces is not None and job_cost <= _estimate_usd(s, replaces):
+        return
     budgets_repo.lock_budgets(s, [r.id for r in rows])
-    gpus = milli_gpus(int(fields.get("pods") or 1) * int(fields.get("gpus", 0)) * int(fields.get("gpu_milli", MILLI)))
-    price = gpu_hour_price(s, tuple(fields.get("gpu_types") or ()))
-    job_cost = estimate_job_cost(
-        gpus,
-        price,
-        estimated_runtime_s=fields.get("estimated_runtime_s"),
-        max_runtime_s=fields.get("max_runtime_s"),
-    ).cost_usd
     # the rules the simulator's submit event applies too (grace, the first refusal starting it)
     err = block_refusal(
         SqlBook(s, rules),

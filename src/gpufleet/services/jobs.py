@@ -18,6 +18,8 @@ be told, adoption keeps its own (the pods exist already; nobody waits for an ans
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy.orm import Session
 
 from gpufleet.cost.rules import PricingRules
@@ -35,6 +37,12 @@ TERMINAL = frozenset(s.value for s in JobState if s.terminal)
 WAITING = frozenset({JobState.PENDING.value, JobState.PREEMPTED.value})  # not holding resources
 
 
+def _cost_fields(job: JobRow) -> dict[str, Any]:
+    """The fields of a stored job that its cost estimate reads (the names a submission's have)."""
+    keys = ("pods", "gpus", "gpu_milli", "gpu_types", "estimated_runtime_s", "max_runtime_s")
+    return {k: getattr(job, k) for k in keys}
+
+
 def submit(
     s: Session,
     prepared: PreparedSubmit,
@@ -48,6 +56,7 @@ def submit(
     now: float,
     rules: PricingRules | None = None,
     adopted: bool = False,
+    replaces: JobRow | None = None,
 ) -> tuple[JobRow, bool]:
     """Submit a prepared job in the transaction of ``s``; returns ``(job, created)``.
 
@@ -56,7 +65,9 @@ def submit(
     runs as, one team on a single-team server), then budgets (the block check, serialized per budget, raising
     :class:`~gpufleet.cost.budgets.status.BudgetExceededError`), then the insert (an idempotent replay
     returns the first job with ``created=False``). ``rules``: the server's pricing rules.
-    ``adopted``: a workload adoption found (:func:`adopt`; the module docstring says what differs)."""
+    ``adopted``: a workload adoption found (:func:`adopt`; the module docstring says what differs).
+    ``replaces``: the job this one replaces (an approved resize or move, already cancelled): a
+    replacement that costs no more is not refused by a budget it relieves."""
     sub = prepared.submission
     if not adopted:
         check_fits_store(s, sub)  # a job no node could ever hold is refused (422), not queued
@@ -80,6 +91,7 @@ def submit(
         submitted_by=token_id,
         idempotency_key=idempotency_key,
         rules=rules,  # the server's pricing rules: a block refuses on the figure the bill shows
+        replaces=None if replaces is None else _cost_fields(replaces),
     )
     return repo.submit_job(
         s,

@@ -41,18 +41,36 @@ def history_from_store(
     ]
 
 
+def recorded_node_cost_usd(session: Session, start: float, end: float) -> float:
+    """What the ledger billed from ``start`` to ``end`` for the nodes a history what-if replays
+    (:func:`observed_nodes`: on-demand GPU nodes), each second at the price of its interval: the
+    figure its baseline — those nodes, the jobs as they ran — should reproduce."""
+    total = 0.0
+    for iv, _ in repo.node_intervals_between(session, start, end):
+        if iv.capacity_type != CapacityType.ON_DEMAND.value or not iv.gpu_count:
+            continue
+        held = min(end, iv.end if iv.end is not None else end) - max(start, iv.start)
+        total += max(0.0, held) * iv.hourly_usd / 3600.0
+    return round(total, 2)
+
+
 def history_trace(database: Database, start: float, end: float, *, name: str, limit: int | None = None) -> Trace:
     """The jobs the store recorded in ``[start, end)`` (the first ``limit``) as a trace named
-    ``name``; an :class:`InputError` when none ran."""
+    ``name``, with what the ledger billed for the replayed nodes from the first job's submit to the
+    last run's end (``recorded_cost_usd``); an :class:`InputError` when none ran. The one home of
+    a history replay's inputs: every what-if change replays this trace against the same baseline."""
     with database.session(readonly=True) as s:
         jobs = history_from_store(s, start, end)
-    if limit is not None:
-        jobs = jobs[:limit]
-    if not jobs:
-        raise InputError(
-            f"no recorded jobs ran in {name.removeprefix('history:')} in {database.masked_url}", field="--trace"
-        )
-    return trace_from_history(jobs, name=name)
+        if limit is not None:
+            jobs = jobs[:limit]
+        if not jobs:
+            raise InputError(
+                f"no recorded jobs ran in {name.removeprefix('history:')} in {database.masked_url}", field="--trace"
+            )
+        first = min(j.submitted_at for j in jobs)
+        last = repo.last_run_end(s, [j.job_id for j in jobs])
+        recorded = recorded_node_cost_usd(s, first, last) if last is not None and last > first else None
+    return trace_from_history(jobs, name=name, recorded_cost_usd=recorded)
 
 
 def observed_nodes(session: Session, start: float, end: float) -> list[Node]:

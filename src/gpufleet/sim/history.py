@@ -39,10 +39,15 @@ class HistoryJob:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-def trace_from_history(jobs: Sequence[HistoryJob], name: str = "history") -> Trace:
-    """Recorded jobs as a trace: submit times from the first one, duration = recorded run time."""
+def trace_from_history(
+    jobs: Sequence[HistoryJob], name: str = "history", *, recorded_cost_usd: float | None = None
+) -> Trace:
+    """Recorded jobs as a trace: submit times from the first one, duration = recorded run time, the
+    requests as the cluster ran them (``as_run``: a what-if's baseline keeps their sharing).
+    ``recorded_cost_usd``: what the ledger billed for the replayed nodes over the span of these
+    jobs (:func:`gpufleet.services.whatif.recorded_node_cost_usd`), shown beside the baseline."""
     if not jobs:
-        return Trace(name, [], source=name)
+        return Trace(name, [], source=name, as_run=True, recorded_cost_usd=recorded_cost_usd)
     t0 = min(j.submitted_at for j in jobs)
     out = []
     for j in jobs:
@@ -64,4 +69,4 @@ def trace_from_history(jobs: Sequence[HistoryJob], name: str = "history") -> Tra
             estimated_runtime_s=max(1.0, j.run_time_s),
         )
         out.append(TraceJob(j.submitted_at - t0, spec))
-    return Trace(name, out, source=name)
+    return Trace(name, out, source=name, as_run=True, recorded_cost_usd=recorded_cost_usd)

@@ -3,7 +3,11 @@
 Both runs — the **baseline** and the **variant** — are simulated the same way (same trace, seed,
 scheduler profile, spot hazard, price catalog); only the change differs.
 
-**Baseline**: a fixed on-demand cluster, always on, no sharing. Its nodes are the trace's nodes
+**Baseline**: a fixed on-demand cluster, always on, no sharing — except for a cluster's own history
+(``trace.as_run``): there the baseline is what the cluster did, the requests as they ran (fractions,
+MIG slices, time-sliced shares) on each node's own sharing mode, and it is shown beside what the
+ledger billed for those nodes over the same span (``recorded_cost_usd``; a replay "as is" is meant to
+land within :data:`REPLAY_TOLERANCE` of it). Its nodes are the trace's nodes
 (openb, JSONL with nodes), the ``cluster`` given (for ``history``: the server's own nodes), or — for
 traces without nodes (Philly, synthetic) — 8-GPU nodes of each model the jobs need (``V100-16GB``,
 the default cluster's, for jobs that may use it; else the cheapest on-demand model a job may use),
@@ -34,9 +38,15 @@ on-demand. No queueing, no idle, no lost work: no schedule can cost less.
 
 **Prices**: the catalog's, except for nodes with their own price (a server's ledger, ``history``):
 they keep it on on-demand capacity, and their spot capacity costs it times the catalog's spot
-discount for the model (:func:`spot_ratio`). Each run ends when its last job ends; both are then
-billed over the same horizon, the later end (:func:`tail_usd`): a fixed cluster stays on while the
-other run still works, and an autoscaled node up at the end costs until its idle TTL.
+discount for the model (:func:`spot_ratio`). The baseline's figure is its own run, so every change
+over the same trace shows the same baseline. The comparison is over one horizon, the later end
+(:func:`tail_usd`): a variant whose work ends sooner keeps its always-on nodes on (and an autoscaled
+node up at its end until its idle TTL) to the baseline's end; when the variant's work ends later, the
+baseline's fixed cluster, always on, costs ``baseline_kept_on_usd`` more until then, and the savings
+are ``baseline + baseline_kept_on − variant`` (said in the assumptions).
+
+A change that cannot save anything says why in the result's assumptions (no preemptible work, no spot
+price, no node that can be spot, a cluster the change leaves as it is), never a bare $0.00.
 
 A cluster's own history is replayed as a trace (:mod:`gpufleet.sim.history`). This module does no
 I/O: it receives the trace, nodes and price catalog (without a catalog it takes the bundled one
@@ -69,6 +79,10 @@ DEFAULT_SHAPE = ("V100-16GB", 8, 64_000, 512 * 1024)  # the default cluster's no
 SIMPLE_CHANGES = ("autoscaling", "spot", "sharing")
 PARAM_CHANGES = ("gpu-type", "placement", "queue")
 PROVISIONING_DELAY_S = 120.0
+# how far a history's baseline, replayed as it ran, may land from what the ledger billed: the replay
+# starts each job as soon as it fits (the server's admission and start-up waits are not replayed),
+# and keeps every node of the span on from the first submit (a node added midway was billed less)
+REPLAY_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,14 +200,19 @@ class WhatIfResult:
     variant: RunFigures
     lower_bound_usd: float
     assumptions: tuple[str, ...] = ()
+    recorded_cost_usd: float | None = None  # history: what the ledger billed (see the module docstring)
+    # what the baseline's fixed cluster costs after its own work, until the variant's work ends
+    baseline_kept_on_usd: float = 0.0
 
     @property
     def savings_usd(self) -> float:
-        return self.baseline.cost_usd - self.variant.cost_usd
+        """Over one horizon: the baseline kept on until the variant's work ends, less the variant."""
+        return self.baseline.cost_usd + self.baseline_kept_on_usd - self.variant.cost_usd
 
     @property
     def savings_pct(self) -> float | None:
-        return self.savings_usd / self.baseline.cost_usd if self.baseline.cost_usd > 0 else None
+        whole = self.baseline.cost_usd + self.baseline_kept_on_usd
+        return self.savings_usd / whole if whole > 0 else None
 
     @property
     def variant_over_lower_bound(self) -> float | None:
@@ -218,8 +237,9 @@ class WhatIfResult:
             "variant": fig(v),
             "savings_usd": self.savings_usd,
             "savings_pct": self.savings_pct,
+            "baseline_kept_on_usd": self.baseline_kept_on_usd,
             "delta": {
-                "cost_usd": v.cost_usd - b.cost_usd,
+                "cost_usd": v.cost_usd - b.cost_usd - self.baseline_kept_on_usd,
                 "wait_mean_s": delta(b.wait_mean_s, v.wait_mean_s),
                 "wait_p95_s": delta(b.wait_p95_s, v.wait_p95_s),
                 "jct_mean_s": delta(b.jct_mean_s, v.jct_mean_s),
@@ -229,6 +249,9 @@ class WhatIfResult:
             "variant_over_lower_bound": self.variant_over_lower_bound,
             "baseline_over_lower_bound": b.cost_usd / self.lower_bound_usd if self.lower_bound_usd > 0 else None,
             "assumptions": list(self.assumptions),
+            "recorded_cost_usd": self.recorded_cost_usd,
+            "baseline_vs_recorded": (b.cost_usd / self.recorded_cost_usd - 1.0 if self.recorded_cost_usd else None),
+            "replay_tolerance": REPLAY_TOLERANCE if self.recorded_cost_usd is not None else None,
         }
 
 
@@ -327,9 +350,10 @@ def _as_fraction(spec: JobSpec) -> JobSpec:
 
 
 def _trace_for(trace: Trace, change: Change | None, *, mig_nodes: bool = True) -> Trace:
-    """The trace one run replays: whole GPUs without sharing; with it, requests as submitted —
-    MIG slices as their fraction of a GPU when the run has no MIG-mode node (``mig_nodes``)."""
-    sharing = change is not None and change.sharing
+    """The trace one run replays: whole GPUs without sharing; with it (or for a history,
+    ``trace.as_run``), requests as submitted — MIG slices as their fraction of a GPU when the run has
+    no MIG-mode node (``mig_nodes``)."""
+    sharing = trace.as_run or (change is not None and change.sharing)
     gtype = change.gpu_type if change is not None else None
     jobs = []
     for tj in trace.jobs:
@@ -366,22 +390,62 @@ def spot_ratio(catalog: PriceCatalog | None, model: str) -> float | None:
         return None
 
 
+def spot_split(
+    shapes: Sequence[tuple[Shape, int]],
+    spot_share: float,
+    floor: Mapping[str, int],
+    catalog: PriceCatalog | None = None,
+) -> tuple[list[int], list[str]]:
+    """How many of each shape's nodes a spot-only change makes spot — ``round(N × s)``, less the
+    on-demand room of :func:`on_demand_floor` — and, for a shape that gets none, why (a change that
+    saves nothing says so)."""
+    ks: list[int] = []
+    why: list[str] = []
+    for shape, count in shapes:
+        keep = math.ceil(floor.get(shape.gpu_model, 0) / shape.gpus) if shape.gpus else 0
+        want = round(count * spot_share)
+        k = max(0, min(want, count - keep))
+        what = f"{count} {shape.gpu_model} node{'s' if count != 1 else ''}"
+        if spot_share > 0 and catalog is not None and spot_ratio(catalog, shape.gpu_model) is None:
+            k = 0
+            why.append(f"spot: the price catalog has no spot price for {shape.gpu_model}; its {what} stay on demand")
+        elif spot_share > 0 and k == 0 and want == 0:
+            why.append(
+                f"spot: none of the {what} becomes spot: the preemptible jobs' {spot_share:.1%} of the GPU-seconds "
+                f"is round({count} × {spot_share:.1%}) = 0 nodes"
+            )
+        elif spot_share > 0 and k == 0:
+            why.append(
+                f"spot: none of the {what} can be spot: a job that may not use spot needs "
+                f"{floor.get(shape.gpu_model, 0)} GPUs on demand, {keep} of the {count} node{'s' if count != 1 else ''}"
+                " (a spot node cannot replace it)"
+            )
+        ks.append(k)
+    return ks, why
+
+
 def _cluster_for(
     shapes: Sequence[tuple[Shape, int]],
     change: Change | None,
     spot_share: float,
     floor: dict[str, int] | None = None,
     catalog: PriceCatalog | None = None,
+    *,
+    as_run: bool = False,
 ) -> tuple[list[Node], list[NodePool]]:
     """The nodes and pools of one run. A shape with its own price keeps it on on-demand capacity;
-    its spot capacity costs that price times the catalog's spot discount for the model."""
+    its spot capacity costs that price times the catalog's spot discount for the model. ``as_run``
+    (a history): each node keeps its own sharing mode, as with ``sharing``."""
     nodes: list[Node] = []
     pools: list[NodePool] = []
     ch = change or Change()
+    ks = spot_split(shapes, spot_share, floor or {}, catalog)[0] if ch.spot else [0] * len(shapes)
     for i, (shape, count) in enumerate(shapes):
         model = ch.gpu_type or shape.gpu_model
         sharing = (
-            shape.sharing if ch.sharing else (SharingMode.SHARED if shape.sharing is SharingMode.MIG else shape.sharing)
+            shape.sharing
+            if ch.sharing or as_run
+            else (SharingMode.SHARED if shape.sharing is SharingMode.MIG else shape.sharing)
         )
         if ch.gpu_type and sharing is SharingMode.MIG and not gpu_model(model).supports_mig:
             sharing = SharingMode.SHARED
@@ -395,8 +459,7 @@ def _cluster_for(
             if ch.spot:
                 pools.append(_pool(base + "-spot", shaped, CapacityType.SPOT, 0, count, spot_usd))
             continue
-        keep = math.ceil((floor or {}).get(shape.gpu_model, 0) / shape.gpus) if shape.gpus else 0
-        k = max(0, min(round(count * spot_share), count - keep)) if ch.spot else 0
+        k = ks[i]
         for j in range(count - k):
             nodes.append(
                 Node(
@@ -578,28 +641,75 @@ def run_whatif(
         f"spot interruptions {opts.spot_hazard_per_node_hour:g} per spot node-hour; preemptible share of GPU-seconds "
         f"{share:.1%}",
     ]
+    # why the change can save nothing here, if it cannot (shown instead of a bare $0.00)
+    why: list[str] = []
     if ch.spot and share == 0:
-        assumptions.append("no job is preemptible: spot capacity cannot be used (give the trace preemptible jobs)")
+        why.append("no job is preemptible: spot capacity cannot be used (give the trace preemptible jobs)")
     if ch.gpu_type:
         assumptions.append("gpu-type: durations unchanged (no per-model speed model)")
-    b_nodes, b_pools = _cluster_for(shapes, None, share, catalog=cat)
-    v_nodes, v_pools = _cluster_for(shapes, ch, share, on_demand_floor(trace, shapes), cat)
+    floor = on_demand_floor(trace, shapes)
+    if ch.spot and not ch.autoscaling and share > 0:
+        why.extend(spot_split(shapes, share, floor, cat)[1])
+    if ch.sharing and trace.as_run:
+        why.append(
+            "sharing: the baseline already replays the requests as the cluster ran them (fractions, MIG slices, "
+            "time-sliced shares, on each node's own sharing mode): sharing changes nothing"
+        )
+    b_nodes, b_pools = _cluster_for(shapes, None, share, catalog=cat, as_run=trace.as_run)
+    v_nodes, v_pools = _cluster_for(shapes, ch, share, floor, cat, as_run=trace.as_run)
     mig_nodes = any(n.sharing is SharingMode.MIG for n in v_nodes) or any(p.sharing is SharingMode.MIG for p in v_pools)
-    if ch.sharing and not mig_nodes and any(tj.spec.gpu.mig_profile for tj in trace.jobs):
+    b_mig = any(n.sharing is SharingMode.MIG for n in b_nodes)
+    if (ch.sharing or trace.as_run) and not mig_nodes and any(tj.spec.gpu.mig_profile for tj in trace.jobs):
         assumptions.append("sharing: no node is in MIG mode; MIG requests run as their fraction of a GPU, time-sliced")
-    b_trace, v_trace = _trace_for(trace, None), _trace_for(trace, ch, mig_nodes=mig_nodes)
-    base = baseline or simulate_world(b_trace, _profile_for(prof, None), b_nodes, b_pools, opts, cat, "baseline")
-    var = simulate_world(v_trace, _profile_for(prof, ch), v_nodes, v_pools, opts, cat, ch.text)
-    # one horizon for both bills: a fixed cluster is on until the later run's last job ends
-    horizon = max(base.makespan, var.makespan)
+    b_trace, v_trace = _trace_for(trace, None, mig_nodes=b_mig), _trace_for(trace, ch, mig_nodes=mig_nodes)
     b_prof, v_prof = _profile_for(prof, None), _profile_for(prof, ch)
+    base = baseline or simulate_world(b_trace, b_prof, b_nodes, b_pools, opts, cat, "baseline")
+    var = simulate_world(v_trace, v_prof, v_nodes, v_pools, opts, cat, ch.text)
+    # one horizon, the later end; the baseline's figure stays its own run (the same for every
+    # change) and what its fixed cluster costs while the variant finishes is kept beside it
+    horizon = max(base.makespan, var.makespan)
     b_tail = tail_usd(base, b_nodes, b_pools, cat, horizon, b_prof.autoscaler.idle_ttl_s)
     v_tail = tail_usd(var, v_nodes, v_pools, cat, horizon, v_prof.autoscaler.idle_ttl_s)
-    if b_tail or v_tail:
+    if v_tail:
         assumptions.append(
-            f"both runs billed to the later one's end ({horizon / 3600:,.2f} h): always-on nodes the whole "
-            "way, autoscaled nodes until their idle TTL"
+            f"the variant's work ends before the baseline's: it is billed to the baseline's end "
+            f"({horizon / 3600:,.2f} h), always-on nodes the whole way, autoscaled nodes until their idle TTL"
         )
+    if b_tail:
+        assumptions.append(
+            f"the variant's work ends after the baseline's ({horizon / 3600:,.2f} h): the baseline's fixed cluster, "
+            f"always on, costs ${b_tail:,.2f} more until then; the savings compare "
+            f"${RunFigures.of(base).cost_usd + b_tail:,.2f} with the variant (the baseline shown is its own run)"
+        )
+    if (
+        not why
+        and v_nodes == b_nodes
+        and v_pools == b_pools
+        and [tj.spec for tj in v_trace.jobs] == [tj.spec for tj in b_trace.jobs]
+        and not ch.placement
+        and not ch.queue
+    ):
+        why.append(f"{ch.text}: the change leaves this cluster and these jobs as they are, so it cannot save anything")
+    assumptions.extend(why)
+    recorded = trace.recorded_cost_usd
+    if recorded is not None:
+        b_usd = RunFigures.of(base).cost_usd
+        gap = b_usd / recorded - 1.0 if recorded > 0 else None
+        assumptions.append(
+            f"recorded ${recorded:,.2f} (the ledger's bill for these nodes from the first job's submit to the last "
+            f"run's end), replayed baseline ${b_usd:,.2f}"
+            + (
+                f" ({gap:+.1%}; a replay as it ran is meant to land within ±{REPLAY_TOLERANCE:.0%})"
+                if gap is not None
+                else ""
+            )
+        )
+        if gap is not None and abs(gap) > REPLAY_TOLERANCE:
+            assumptions.append(
+                "the replay differs from the record by more than the tolerance: it starts each job as soon as it fits "
+                "(the cluster's own admission, start-up and quota waits are not replayed) and keeps every node of "
+                "the span on from the first submit"
+            )
     models = sorted({n.gpu_model for n in v_nodes} | {p.gpu_model for p in v_pools} - {""})
     own = {sh.gpu_model: sh.hourly_usd / sh.gpus for sh, _ in shapes if sh.hourly_usd is not None and sh.gpus}
     if own:
@@ -615,10 +725,12 @@ def run_whatif(
         len(trace.jobs),
         opts.seed,
         sum(c for _, c in shapes),
-        RunFigures.of(base, b_tail),
+        RunFigures.of(base),
         RunFigures.of(var, v_tail),
         lb,
         tuple(assumptions + notes),
+        recorded,
+        b_tail,
     )
 
 
@@ -632,9 +744,9 @@ def simulate_baseline(
 ) -> SimResult:
     """The baseline run of :func:`run_whatif` on its own (fixed on-demand cluster, no sharing)."""
     cat = catalog or PriceCatalog.load()
-    b_nodes, b_pools = _cluster_for(base_shapes(trace, nodes, cat), None, 0.0, catalog=cat)
+    b_nodes, b_pools = _cluster_for(base_shapes(trace, nodes, cat), None, 0.0, catalog=cat, as_run=trace.as_run)
     return simulate_world(
-        _trace_for(trace, None),
+        _trace_for(trace, None, mig_nodes=any(n.sharing is SharingMode.MIG for n in b_nodes)),
         _profile_for(profile or Profile(), None),
         b_nodes,
         b_pools,

@@ -40,8 +40,13 @@ def recommend(client: Client, job: str | None = None, team: str | None = None, w
         summary = (
             f"{len(recs)} recommendation{'s' if len(recs) != 1 else ''} for {what} over {window}: up to "
             f"{usd(total)}/month if every one is taken (they may overlap). Largest: {top.action} "
-            f"({usd(top.monthly_savings_usd)}/month, {top.confidence:.0%} confidence)."
+            f"({usd(top.monthly_savings_usd)}/month, {top.confidence:.0%} confidence; {top.monthly_basis or 'window'})."
         )
+        if not all(r.enough_history for r in recs):
+            summary += (
+                f" Not enough history to quote these as savings: {duration(min(r.history_s for r in recs))} observed "
+                "(at least an hour); the figures are orders of magnitude, not offers."
+            )
     else:
         summary = f"Nothing to recommend for {what} over {window}."
     return Recommendations(
@@ -148,8 +153,14 @@ def whatif(
     verb = "saves" if result.savings_usd >= 0 else "costs"
     summary = (
         f"Replaying {len(picked)} jobs of {who} from {when(start)} to {when(end)}: the fixed on-demand cluster "
-        f"({result.baseline_nodes} node{'s' if result.baseline_nodes != 1 else ''}) costs {usd(b.cost_usd)}; "
-        f"with {ch.text} {usd(v.cost_usd)}, which {verb} "
+        f"({result.baseline_nodes} node{'s' if result.baseline_nodes != 1 else ''}) costs {usd(b.cost_usd)}"
+        + (f" as the jobs ran (the ledger billed {usd(result.recorded_cost_usd)})" if result.recorded_cost_usd else "")
+        + (
+            f", {usd(b.cost_usd + result.baseline_kept_on_usd)} kept on until the variant's work ends"
+            if result.baseline_kept_on_usd
+            else ""
+        )
+        + f"; with {ch.text} {usd(v.cost_usd)}, which {verb} "
         f"{usd(abs(result.savings_usd))}{pct}; mean wait {duration(b.wait_mean_s)} → {duration(v.wait_mean_s)}, "
         f"jobs done {b.completed} → {v.completed}. No schedule of the variant costs less than "
         f"{usd(result.lower_bound_usd)}."

@@ -34,11 +34,11 @@ from gpufleet.cost.forecast import (
     job_cost_rate,
     with_floor,
 )
-from gpufleet.cost.periods import Period
+from gpufleet.cost.periods import Period, history_text
 from gpufleet.cost.recommend import RecommendConfig, recommend
 from gpufleet.cost.roi import roi_report
 from gpufleet.cost.rules import apply_rules
-from gpufleet.cost.spend import scope_spend_usd, spend_report
+from gpufleet.cost.spend import SPEND_BASES, scope_spend_usd, spend_report
 from gpufleet.errors import ConflictError
 from gpufleet.io.catalog import load_catalog
 from gpufleet.services.budgets import committed_spend, gpu_hour_price, job_row_gpus
@@ -197,6 +197,10 @@ def spend_forecast(
         return scope_spend_usd(ledger, ctx.pricing_rules, scope, a, now, as_of=now)
 
     spent = spend(period_start_ts)  # so far in the period, today included
+    # the cluster's figure counts nodes, an `all` budget its jobs: both said, so the gap (idle) shows
+    jobs_spent = (
+        scope_spend_usd(ledger, ctx.pricing_rules, scope, period_start_ts, now, as_of=now) if team is None else spent
+    )
     with input_at("query"):
         if days < 3:  # a young server: the rate it has spent at since its ledger started
             f = forecast_rate(
@@ -224,6 +228,19 @@ def spend_forecast(
                 observed_s=observed_s,
             )
     f = with_floor(f, spent + rest.estimated_usd)
+    basis = "nodes" if team is None else "jobs"
+    basis_note = SPEND_BASES[basis]
+    if team is None:
+        basis_note += (
+            f": ${jobs_spent:,.2f} of the ${spent:,.2f} was charged to jobs (what an `all` budget counts), "
+            f"${max(0.0, spent - jobs_spent):,.2f} idle"
+        )
+    seen = history_text(observed_s)
+    projection_note = (
+        f"projected from {seen} of history (the rate since the server's ledger started)"
+        if f.method == "rate"
+        else f"projected from {seen} of history ({f.method} model of {days} complete days)"
+    )
     return SpendForecastOut(
         scope="all" if team is None else f"team:{team}",
         period_start=ts(datetime(p_start.year, p_start.month, p_start.day, tzinfo=UTC).timestamp()),
@@ -243,6 +260,10 @@ def spend_forecast(
         method=f.method,
         rate_usd_per_day=f.rate_usd_per_day,
         floor_usd=f.floor_usd,
+        basis=basis,
+        basis_note=basis_note,
+        jobs_spent_usd=jobs_spent if team is None else None,
+        projection_note=projection_note,
     )
 
 

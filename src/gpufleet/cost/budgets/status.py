@@ -34,6 +34,7 @@ class BudgetStatus:
     days_left: float
     remaining_usd: float  # limit - committed (limit - spend without a committed figure); negative when over
     crossed: tuple[Threshold, ...]  # thresholds at or below the spend
+    projected_from_s: float = 0.0  # the seconds of history the projection's rate is measured over
 
     @property
     def over(self) -> bool:
@@ -50,17 +51,27 @@ def left_phrase(limit_usd: float, committed_usd: float) -> str:
 
 
 def budget_status(
-    budget: Budget, period: Period, spend_usd: float, now: float, committed_usd: float | None = None
+    budget: Budget,
+    period: Period,
+    spend_usd: float,
+    now: float,
+    committed_usd: float | None = None,
+    *,
+    history_start: float | None = None,
 ) -> BudgetStatus:
     """Spend, percent used, projection and thresholds crossed.
 
-    The projection extrapolates the period's average run rate so far (spend / elapsed) to the whole
-    period: simple, explainable, and never below what is already spent — nor below
-    ``committed_usd`` (spent plus the estimated rest of running and queued jobs), when given. Before
-    the period starts (custom periods) it is the spend itself; after it ends, the final spend. What
-    is left is ``limit − committed`` (what a ``block`` checks against), else ``limit − spend``."""
-    elapsed = min(max(now, period.start), period.end) - period.start
-    projected = spend_usd if elapsed <= 0 else max(spend_usd, spend_usd / elapsed * period.length_s)
+    The projection extrapolates the average run rate so far (spend / elapsed) to the period's end:
+    simple, explainable, and never below what is already spent — nor below ``committed_usd`` (spent
+    plus the estimated rest of running and queued jobs), when given. The rate is measured since the
+    period started or since ``history_start`` (the ledger's start), whichever is later: a server 24
+    minutes old has spent at its rate for 24 minutes, not since the first of the month (days before
+    it existed are not days it spent nothing). Before the period starts (custom periods) it is the
+    spend itself; after it ends, the final spend. What is left is ``limit − committed`` (what a
+    ``block`` checks against), else ``limit − spend``."""
+    since = period.start if history_start is None else min(max(period.start, history_start), period.end)
+    elapsed = min(max(now, since), period.end) - since
+    projected = spend_usd if elapsed <= 0 else max(spend_usd, spend_usd / elapsed * (period.end - since))
     if committed_usd is not None and period.start <= now < period.end:
         projected = max(projected, committed_usd)
     percent = spend_usd / budget.limit_usd * 100.0
@@ -74,6 +85,7 @@ def budget_status(
         days_left=max(0.0, period.end - max(now, period.start)) / DAY_S,
         remaining_usd=budget.limit_usd - (spend_usd if committed_usd is None else committed_usd),
         crossed=crossed_thresholds(budget, spend_usd),
+        projected_from_s=max(0.0, elapsed),
     )
 
 

@@ -151,6 +151,7 @@ def _execute(s: Session, row: ProposalRow, who: Actor, now: float, settings: Exe
             idempotency_key=None,
             now=now,
             rules=settings.rules,
+            replaces=job,  # a cheaper replacement relieves the budget: it is not refused by it
         )
         what = {
             "resize": f"with {gpus_text(prepared.fields)} (was {gpus_text(shape_of_job(job))})",

@@ -26,6 +26,12 @@ class Trace:
     nodes: list[Node] = field(default_factory=list)
     pools: list[NodePool] = field(default_factory=list)
     source: str = ""  # file or generator that produced it
+    # a cluster's own history (gpufleet.sim.history): the requests are what the cluster really ran —
+    # fractions, MIG slices, time-sliced shares — so a what-if's baseline replays them as they are
+    as_run: bool = False
+    # what the cluster's ledger billed for its nodes over the span these jobs cover (history only):
+    # the figure a replay "as is" should reproduce; None when there is no such record
+    recorded_cost_usd: float | None = None
 
     def __post_init__(self) -> None:
         self.jobs.sort(key=lambda j: j.submit_time)

@@ -125,6 +125,7 @@ from gpufleet.store.repo.proposals import (
 from gpufleet.store.repo.runs import (
     end_run,
     get_run,
+    last_run_end,
     mark_run_started,
     open_run,
     open_run_placements,
@@ -231,6 +232,7 @@ __all__ = [
     "jobs_in_states",
     "jobs_with_event_reason",
     "key_used",
+    "last_run_end",
     "latest_gpu_samples",
     "latest_progress_time",
     "leader",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.errors import NotFoundError
@@ -112,6 +112,16 @@ def run_history(s: Session, start: float, end: float) -> list[tuple[JobRow, floa
             run_time[r.job_id] = run_time.get(r.job_id, 0.0) + max(0.0, r.ended_at - r.started_at)
             pods[r.job_id] = max(pods.get(r.job_id, 1), len(r.placement or []) or 1)
     return [(j, run_time[j.id], pods.get(j.id, 1)) for j in rows if j.id in run_time]
+
+
+def last_run_end(s: Session, job_ids: Collection[str]) -> float | None:
+    """When the last ended run of ``job_ids`` ended (None: none ended): where the span a what-if
+    replays of these jobs ends, to price what the ledger billed over it."""
+    if not job_ids:
+        return None
+    q = select(func.max(RunRow.ended_at)).where(RunRow.job_id.in_(list(job_ids)), RunRow.started_at.is_not(None))
+    end = s.scalar(q)
+    return None if end is None else float(end)
 
 
 def run_seconds(s: Session, job_ids: Collection[str], now: float) -> dict[str, float]:

@@ -132,16 +132,50 @@ export function stateBadge(state) {
   return h("span", { class: ["badge", `state-${String(state).toLowerCase()}`] }, state);
 }
 
-/** A stable colour for a key (job id, team): one of a fixed palette, by a string hash. */
+/**
+ * A stable colour for a key (job id, team), from a string hash: the same key has the same colour on
+ * every page and every refresh (never its rank, which changes as spend changes). The hash picks one
+ * of 1,080 slots — 360 hues × 3 lightnesses at one saturation — so keys rarely share a colour (a
+ * palette of 12 repeated colours on a busy node map); every slot is dark enough for the map's white
+ * labels and distinct from the greys of idle and "other" on the light theme.
+ */
+const HUES = 360;
+const LIGHTNESS = [42, 34, 50];
+const SLOTS = HUES * LIGHTNESS.length;
+const PROBE = 397; // prime, coprime with SLOTS: a taken slot's next try is another hue and lightness
+function hashOf(key) {
+  let hsh = 0;
+  for (const ch of String(key)) hsh = (hsh * 31 + ch.codePointAt(0)) >>> 0;
+  return hsh;
+}
+function slotColour(slot) {
+  return `hsl(${slot % HUES}, 62%, ${LIGHTNESS[Math.floor(slot / HUES)]}%)`;
+}
+export function colour(key) {
+  return slotColour(hashOf(key) % SLOTS);
+}
+/**
+ * Colours for keys drawn side by side (jobs on the node map, a chart's series): each key's own
+ * colour(key) unless another key drawn with it already took that slot, then the next free slot
+ * (keys taken in hash order, so the answer does not depend on their order or rank).
+ */
+export function colours(keys) {
+  const uniq = [...new Set(keys.map(String))].sort((a, b) => hashOf(a) - hashOf(b) || (a < b ? -1 : a > b ? 1 : 0));
+  const taken = new Set();
+  const out = new Map();
+  for (const k of uniq) {
+    let slot = hashOf(k) % SLOTS;
+    while (taken.has(slot)) slot = (slot + PROBE) % SLOTS;
+    taken.add(slot);
+    out.set(k, slotColour(slot));
+  }
+  return out;
+}
 const PALETTE = [
   "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
   "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#a0cbe8",
 ];
-export function colour(key) {
-  let hsh = 0;
-  for (const ch of String(key)) hsh = (hsh * 31 + ch.codePointAt(0)) >>> 0;
-  return PALETTE[hsh % PALETTE.length];
-}
+/** The i-th of a fixed palette: for lists whose order is their meaning (advice's ranked items). */
 export function paletteAt(i) {
   return PALETTE[i % PALETTE.length];
 }

@@ -70,8 +70,8 @@ export function advicePage(el, ctx) {
               h("td", {}, x.target),
               h("td", {}, x.team || "–"),
               h("td", {}, x.action),
-              h("td", { class: "num" }, money(x.monthly_savings_usd)),
-              h("td", {}, pct(100 * x.confidence)),
+              h("td", { class: "num" }, money(x.monthly_savings_usd), x.monthly_basis ? h("div", { class: "muted small" }, x.monthly_basis) : null),
+              h("td", {}, pct(100 * x.confidence), x.enough_history === false ? h("div", { class: "muted small", "data-flag": "history" }, "not enough history") : null),
               h("td", {}, evidence(x.evidence)),
               h(
                 "td",
@@ -119,7 +119,7 @@ export function advicePage(el, ctx) {
                 { class: "cards" },
                 card("Actual spend", money(r.actual_usd), `${num(r.hours, 1)} h observed`),
                 card("Fixed on-demand cluster", money(r.counterfactual_usd), `${r.peak_gpus} × ${r.reference_gpu} at ${money(r.reference_usd_per_gpu_hour, 3)}/GPU-h`),
-                card("Savings", money(r.savings_usd), r.savings_pct === null ? "" : `${pct(100 * r.savings_pct, 1)} of the fixed cluster`),
+                card("Savings", money(r.savings_usd), r.savings_pct !== null ? `${pct(100 * r.savings_pct, 1)} of the fixed cluster` : r.enough_history ? "" : "not enough history for a percentage"),
                 card(
                   "Projected per year",
                   r.projected_annual_savings_usd === null ? "–" : money(r.projected_annual_savings_usd),

@@ -40,9 +40,9 @@ export function budgetsPage(el, ctx) {
           ? h(
               "div",
               { class: "cards" },
-              card(`Spent this month (${fc.scope === "all" ? "cluster" : fc.scope})`, money(fc.spent_usd)),
+              card(`Spent this month (${fc.scope === "all" ? "cluster" : fc.scope})`, money(fc.spent_usd), fc.basis_note || (fc.basis === "jobs" ? "jobs' charges" : "node cost, idle included")),
               card("Forecast at month end", money(fc.total_usd), `${Math.round(fc.level * 100)}% interval ${money(fc.low_usd)} – ${money(fc.high_usd)} · at least ${money(fc.floor_usd)} (spent + unfinished jobs)`),
-              card(fc.method === "rate" ? "Rate so far" : "Run rate", `${money(fc.rate_usd_per_day)}/day`, `${fc.days_left} days left · ${duration(fc.history_days * 86400)} of history`),
+              card(fc.method === "rate" ? "Rate so far" : "Run rate", `${money(fc.rate_usd_per_day)}/day`, `${fc.days_left} days left · ${fc.projection_note || `${duration(fc.history_days * 86400)} of history`}`),
             )
           : null,
       );
@@ -66,10 +66,10 @@ export function budgetsPage(el, ctx) {
             h(
               "div",
               { class: "cards" },
-              card("Spent", money(st.spend_usd), `${pct(st.percent, 1)} of the limit`),
+              card("Spent", money(st.spend_usd), `${pct(st.percent, 1)} of the limit · ${st.basis === "nodes" ? "node cost, idle included" : "jobs' charges (idle not counted)"}`),
               card("Limit", money(st.limit_usd), `${day(st.period_start)} – ${day(st.period_end)}`),
               card("Committed", money(st.committed_usd), "spent + running and queued jobs' estimated rest"),
-              card("Projected", money(st.projected_usd), "at the period's end, at its run rate so far"),
+              card("Projected", money(st.projected_usd), st.projection_note ? `at the period's end, ${st.projection_note}` : "at the period's end, at its run rate so far"),
               card(st.remaining_usd < 0 ? "Over by" : "Left", money(Math.abs(st.remaining_usd)), `${num(st.days_left, 1)} days left`),
             ),
             budgetGauge(st),

@@ -3,7 +3,7 @@
 
 import * as api from "../api.js";
 import { barChart, hbars } from "../charts.js";
-import { fill, h, hrs, money, paletteAt, pct, table } from "../dom.js";
+import { colours, fill, h, hrs, money, pct, table } from "../dom.js";
 import { card } from "./nodes.js";
 
 const RANGES = [
@@ -14,6 +14,7 @@ const RANGES = [
   { id: "30d", label: "last 30 days", span: 30 * 86400, step: 86400 },
 ];
 const DIMENSIONS = ["team", "project", "namespace", "experiment", "cost_center", "job", "node", "pool", "gpu_model", "capacity_type", "priority"];
+const DEFAULT_RANGE = "24h";
 const TOP = 8;
 const GREY = { rest: "#9aa5b1", other: "#c3cad3", idle: "#e4e8ee" };
 
@@ -32,12 +33,32 @@ function tickLabel(t, step) {
   return d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
 }
 
+/**
+ * The range the page opens on: 24 hours, or on a server younger than that the shortest range that
+ * covers its whole life (a 20-minute-old server's 24 hours are 23 hours of empty bars). The server's
+ * age is its ledger's start, which /v1/forecast reports as `history_since`; unknown: 24 hours.
+ */
+async function openingRange() {
+  const def = RANGES.find((r) => r.id === DEFAULT_RANGE);
+  let since;
+  try {
+    since = (await api.get("/v1/forecast")).history_since;
+  } catch {
+    return def.id;
+  }
+  const born = since ? new Date(since).getTime() / 1000 : NaN;
+  if (!Number.isFinite(born)) return def.id;
+  const age = Math.max(0, Date.now() / 1000 - born);
+  if (age >= def.span) return def.id;
+  return (RANGES.find((r) => r.span >= age) || def).id;
+}
+
 function used(rep) {
   return rep.rows.reduce((a, r) => a + hours(r), 0) + hours(rep.other);
 }
 
 export function costPage(el, ctx) {
-  const range = h("select", { id: "cost-range" }, RANGES.map((r) => h("option", { value: r.id, selected: r.id === "24h" }, r.label)));
+  const range = h("select", { id: "cost-range" }, RANGES.map((r) => h("option", { value: r.id, selected: r.id === DEFAULT_RANGE }, r.label)));
   const dim = h("select", { id: "cost-dimension" }, DIMENSIONS.map((d) => h("option", { value: d }, d.replace("_", " "))));
   const label = h("input", { id: "cost-label", type: "text", size: 12, placeholder: "label key" });
   const cards = h("div", { class: "cards", id: "cost-cards" });
@@ -60,9 +81,15 @@ export function costPage(el, ctx) {
   );
   const dimension = () => (label.value.trim() ? `label:${label.value.trim()}` : dim.value);
   let asked = 0; // bumped by every change of the controls: a refresh begun before one is not drawn
+  let opened = false; // the opening range is chosen once, before the first draw, unless one was picked
   const view = {
     interval: 15000,
     async refresh() {
+      if (!opened) {
+        const first = await openingRange();
+        if (!opened && asked === 0) range.value = first;
+        opened = true;
+      }
       const mine = asked;
       const r = RANGES.find((x) => x.id === range.value) || RANGES[2];
       const d = dimension();
@@ -96,7 +123,9 @@ export function costPage(el, ctx) {
       // -- over time ---------------------------------------------------------------------------
       const ranked = [...whole.rows].sort((a, b) => total(b) - total(a));
       const top = ranked.slice(0, TOP).map((x) => keyOf(x, d));
-      const series = top.map((k, i) => ({ label: k, colour: paletteAt(i), values: [] }));
+      // a key's colour is its own (by its hash), not its rank: a team keeps its colour as the ranking changes
+      const paint = colours(top);
+      const series = top.map((k) => ({ label: k, colour: paint.get(k), values: [] }));
       const rest = { label: "other keys", colour: GREY.rest, values: [] };
       const other = { label: ctx.isAdmin ? "filtered out" : "other teams", colour: GREY.other, values: [] };
       const idle = { label: "idle", colour: GREY.idle, values: [] };
@@ -134,7 +163,7 @@ export function costPage(el, ctx) {
         breakdown,
         h("h3", {}, `By ${d}`),
         ranked.length
-          ? hbars(ranked.slice(0, 15).map((x, i) => ({ label: keyOf(x, d), value: total(x), colour: i < TOP ? paletteAt(i) : GREY.rest })), (v) => money(v))
+          ? hbars(ranked.slice(0, 15).map((x, i) => ({ label: keyOf(x, d), value: total(x), colour: i < TOP ? paint.get(keyOf(x, d)) : GREY.rest })), (v) => money(v))
           : null,
         table(
           [d, "GPU-hours", "GPU", "CPU", "Memory", "Priority adj.", "Total", "Share"].map((x, i) => (i ? { label: x, cls: "num" } : x)),
@@ -161,6 +190,7 @@ export function costPage(el, ctx) {
   for (const c of [range, dim, label]) {
     c.addEventListener("change", () => {
       asked++;
+      opened = true;
       view.refreshNow();
     });
   }

@@ -334,6 +334,7 @@ export function jobPage(el, ctx, id) {
 
   const fact = (k, v) => [h("dt", {}, k), h("dd", {}, v ?? "–")];
   let lastSig = "";
+  let endedCost = null; // the cost line of an ended job, once read
   const view = {
     interval: 3000,
     async refresh() {
@@ -395,6 +396,17 @@ export function jobPage(el, ctx, id) {
         } catch {
           fill(forecast);
         }
+      } else if (terminal) {
+        // an ended job's cost is final: what the ledger charged its runs, read once
+        if (endedCost === null) {
+          try {
+            const f = await api.get(`/v1/jobs/${encodeURIComponent(id)}/forecast`);
+            endedCost = h("p", { class: "panel" }, h("strong", {}, "Cost: "), `${money(f.spent_usd)} (from the ledger).`);
+          } catch {
+            endedCost = null;
+          }
+        }
+        fill(forecast, endedCost);
       } else {
         fill(forecast);
       }

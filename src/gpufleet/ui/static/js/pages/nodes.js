@@ -2,7 +2,7 @@
 // fractions or in MIG slices (the per-GPU `gpus` field of /v1/nodes).
 
 import * as api from "../api.js";
-import { colour, fill, h, money, num } from "../dom.js";
+import { colours, fill, h, money, num } from "../dom.js";
 
 const MIG_SLICES = 8;
 
@@ -10,7 +10,7 @@ function shareLabel(sh) {
   return sh.job_id ?? "another team's job";
 }
 
-function segment(sh, widthPct, text) {
+function segment(sh, widthPct, text, paint) {
   const seg = h(
     "a",
     {
@@ -22,11 +22,11 @@ function segment(sh, widthPct, text) {
     text,
   );
   seg.style.width = `${widthPct}%`;
-  if (sh.job_id) seg.style.background = colour(sh.job_id);
+  if (sh.job_id) seg.style.background = paint.get(sh.job_id);
   return seg;
 }
 
-function gpuTile(g, sharing) {
+function gpuTile(g, sharing, paint) {
   const migShares = g.shares.filter((sh) => sh.mig_mask);
   let bar;
   if (migShares.length || sharing === "mig") {
@@ -37,14 +37,14 @@ function gpuTile(g, sharing) {
       let j = i + 1;
       while (j < MIG_SLICES && (sh ? (sh.mig_mask >> j) & 1 : !migShares.some((x) => (x.mig_mask >> j) & 1))) j++;
       const width = (100 * (j - i)) / MIG_SLICES;
-      if (sh) cells.push(segment(sh, width, sh.mig || "MIG"));
+      if (sh) cells.push(segment(sh, width, sh.mig || "MIG", paint));
       else for (let k = i; k < j; k++) cells.push(freeCell(100 / MIG_SLICES));
       i = j;
     }
     bar = h("div", { class: "gpu-bar mig" }, cells);
   } else {
     const segs = g.shares.map((sh) =>
-      segment(sh, Math.min(100, sh.milli / 10), sh.milli >= 1000 ? shareLabel(sh) : `${sh.milli / 10}%`),
+      segment(sh, Math.min(100, sh.milli / 10), sh.milli >= 1000 ? shareLabel(sh) : `${sh.milli / 10}%`, paint),
     );
     const free = Math.max(0, 1000 - g.allocated_milli);
     if (free > 0) segs.push(freeCell(free / 10));
@@ -66,7 +66,7 @@ function freeCell(widthPct) {
 }
 
 /** The jobs holding a node's GPUs, each with its colour, what it holds and where. */
-function holders(n) {
+function holders(n, paint) {
   const by = new Map();
   for (const g of n.gpus) {
     for (const sh of g.shares) {
@@ -83,7 +83,7 @@ function holders(n) {
     { class: "holders" },
     [...by.values()].map(({ sh, gpus, milli }) => {
       const sw = h("span", { class: ["swatch", !sh.job_id && "hidden-job"] });
-      if (sh.job_id) sw.style.background = colour(sh.job_id);
+      if (sh.job_id) sw.style.background = paint.get(sh.job_id);
       const what = sh.mig ? `MIG ${sh.mig}` : milli >= 1000 * gpus.length ? `${gpus.length} GPU${gpus.length > 1 ? "s" : ""}` : `${num(milli / 1000, 3)} GPU`;
       return h(
         "li",
@@ -119,6 +119,8 @@ export function nodesPage(el, ctx) {
       const gpus = nodes.reduce((a, n) => a + n.gpu_count, 0);
       const held = nodes.reduce((a, n) => a + n.allocated_gpus, 0);
       const hourly = nodes.reduce((a, n) => a + n.hourly_price_usd, 0);
+      // one colour per job across the whole map: two jobs never share one
+      const paint = colours(nodes.flatMap((n) => (n.gpus || []).flatMap((g) => g.shares.map((sh) => sh.job_id).filter(Boolean))));
       fill(
         summary,
         card("Nodes", String(nodes.length)),
@@ -143,7 +145,7 @@ export function nodesPage(el, ctx) {
               h("span", {}, `${num(n.allocated_gpus, 3)} / ${n.gpu_count} GPUs held by ${n.running_jobs} job${n.running_jobs === 1 ? "" : "s"}`),
             ),
             n.gpus && n.gpus.length
-              ? [h("div", { class: "gpu-map" }, n.gpus.map((g) => gpuTile(g, n.sharing))), holders(n)]
+              ? [h("div", { class: "gpu-map" }, n.gpus.map((g) => gpuTile(g, n.sharing, paint))), holders(n, paint)]
               : h("p", { class: "muted" }, n.gpu_count ? "This server does not report per-GPU allocation." : "No GPUs."),
           ),
         ),
