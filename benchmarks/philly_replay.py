@@ -118,6 +118,9 @@ def main() -> None:
         ("jct_median_s", round(s["jct_median_s"] or 0, 1), "s"),
         ("utilization", round(s["utilization"], 4), "ratio"),
         ("preemptions", s["preemptions"], "count"),
+        ("waste_gpu_hours", round(s["waste_gpu_hours"], 1), "GPU-h"),  # work redone after stops
+        ("waste_share", round(s["waste_share"], 5), "ratio"),  # of the GPU-hours allocated
+        ("max_stops_per_job", s["max_stops_per_job"], "count"),
         ("spot_restarts", s["spot_restarts"], "count"),
         ("cluster_cost_usd", round(result.config["cluster_cost_usd"], 2), "USD"),
         ("idle_cost_usd", round(result.config["idle_cost_usd"], 2), "USD"),
