@@ -210,3 +210,16 @@ def test_proposals_ls_never_cuts_the_job_it_targets(real: Real) -> None:
     assert res.exit_code == 0, res.output
     row = next(ln for ln in res.stdout.splitlines() if ln.startswith(pid))
     assert target in row.split(), res.stdout
+
+
+def test_budget_check_says_a_plan_is_priced_from_the_catalog_and_would_be_refused(real: Real) -> None:
+    """Issue 23, item 4, in the CLI: `budget check` printed the catalog's price for a GPU type no
+    node has without saying where the price came from, and never said that a real submit would be
+    refused (the API's ``price_basis`` and ``submit_refused``)."""
+    out = run("budget", "check", "--gpus", "8", "--gpu-type", "H100", "--estimate", "10h", "--", "x", env=W80)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "priced from catalog" in text  # the catalog offering it was priced from
+    assert "a real submit would be refused:" in text and "H100" in text
+    ok = run("budget", "check", "--gpus", "1", "--estimate", "1h", "--", "x", env=W80)
+    assert "priced from" not in ok.output and "would be refused" not in ok.output

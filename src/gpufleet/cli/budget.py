@@ -304,10 +304,13 @@ def check(
     if as_json:
         emit_json(out)
     else:
+        basis = "" if out.price_basis == "cluster" else f", priced from {out.price_basis}"
         console.print(
             f"estimated cost ${out.job_cost_usd:,.2f}: {out.gpus:g} GPU x {out.runtime_s / 3600:.2f} h "
-            f"({out.runtime_source}) x ${out.usd_per_gpu_hour:,.4f}/GPU-h"
+            f"({out.runtime_source}) x ${out.usd_per_gpu_hour:,.4f}/GPU-h{escape(basis)}"
         )
+        if out.submit_refused:
+            console.print(f"[red]a real submit would be refused:[/] {escape(out.submit_refused)}")
         if not out.budgets:
             note("no budget covers this job")
         for line in out.budgets:
