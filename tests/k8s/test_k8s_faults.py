@@ -510,3 +510,32 @@ def test_a_run_past_its_max_runtime_is_timed_out_not_failed_or_lost(make_world: 
     reasons = {c.type: c.reason for c in job.status.conditions or []}
     assert reasons.get("FailureTarget") == "DeadlineExceeded"
     assert w.cluster.kubelet is not None and [s.signal for s in w.cluster.kubelet.sigterms(NS)] == ["SIGTERM"]
+
+
+def test_a_recovered_run_past_its_max_runtime_is_timed_out(make_world: Callable[..., World]) -> None:
+    """The same for a run a new leader recovered from its pods: it did not know the run's deadline
+    (the Job's, not the pods'), so the Job controller's deletion at the deadline read as pods
+    deleted by someone (LOST, requeued). The pods carry the deadline now."""
+    import dataclasses
+
+    from gpufleet.backends.base import RecoveredState
+    from gpufleet.k8s.adapter.backend import KubernetesBackend
+
+    w = make_world(duration_s=None)
+    w.backend.inventory()
+    w.backend.launch(dataclasses.replace(w.request("bounded", "gpu-a"), max_runtime_s=3.0))
+    w.running("bounded")
+    successor = KubernetesBackend(w.client)
+    try:
+        successor.inventory()
+        assert successor.recover("bounded", 1).state is RecoveredState.RUNNING
+        events: list[BackendEvent] = []
+        deadline = time.monotonic() + 30
+        while not any(e.job_id == "bounded" for e in events):
+            assert time.monotonic() < deadline, events
+            events += successor.poll()
+            time.sleep(0.05)
+        (ev,) = [e for e in events if e.job_id == "bounded"]
+        assert ev.kind is EventKind.TIMED_OUT, ev
+    finally:
+        successor.close()

@@ -31,6 +31,8 @@ ANNOTATION_COST_LIMIT: Final = "gpufleet.io/cost-limit"
 ANNOTATION_GANG_SIZE: Final = "gpufleet.io/gang-size"
 ANNOTATION_CHECKPOINT_DIR: Final = "gpufleet.io/checkpoint-dir"
 ANNOTATION_ESTIMATED_RUNTIME: Final = "gpufleet.io/estimated-runtime"
+# a run's pods carry its Job's activeDeadlineSeconds: a new leader recovering the run from its pods knows it
+ANNOTATION_MAX_RUNTIME: Final = "gpufleet.io/max-runtime-s"
 # An adopted job (its pods made by someone else): the owner object's kind/namespace/name.
 LABEL_ADOPTED_OWNER: Final = "gpufleet.io/adopted-owner"
 # ... whose pods each ask for this many replicas of a time-sliced GPU (set on adoption).

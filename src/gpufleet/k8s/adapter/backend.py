@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,7 @@ from gpufleet.k8s.adapter.runs import Run, run_end
 from gpufleet.k8s.adapter.waiting import pod_condition_for
 from gpufleet.k8s.vocabulary import (
     ANNOTATION_KARPENTER_DO_NOT_DISRUPT,
+    ANNOTATION_MAX_RUNTIME,
     KEY_JOB_ID,
     KEY_RUN,
     LABEL_ADOPTED_OWNER,
@@ -157,6 +158,20 @@ def _gpus_not_advertised(obj: Mapping[str, Any], node: Node) -> bool:
     except ValueError:
         return False
     return labelled > 0 and node.gpu_count == 0
+
+
+def _deadline(pods: Sequence[PodFacts]) -> tuple[float | None, float | None]:
+    """A recovered run's max runtime (its pods' annotation: the Job's activeDeadlineSeconds) and when
+    it started running (the first pod's creation: the Job's start, within its first sync)."""
+    raw = next(
+        (p.annotations.get(ANNOTATION_MAX_RUNTIME) for p in pods if p.annotations.get(ANNOTATION_MAX_RUNTIME)), None
+    )
+    try:
+        limit = float(raw) if raw is not None else None
+    except ValueError:
+        return None, None  # not one gpufleet wrote: no deadline known
+    created = [p.created_at for p in pods if p.created_at is not None]
+    return limit, (min(created) if created else None)
 
 
 def _mig_profile(node: Node | None, mask: int, milli: int, job_id: str) -> str:
@@ -925,6 +940,7 @@ class KubernetesBackend:
             return Recovered(RecoveredState.RUNNING, self._handle(r))
         nodes = tuple(p.node or "" for p in sorted(pods, key=lambda p: p.completion_index or 0))
         r = Run(job_id, run, ns, name, nodes, started, bound=all(p.node for p in pods))
+        r.max_runtime_s, r.deadline_from = _deadline(pods)
         # bindings the cache has not shown yet (read live above): assumed until it does, so a
         # lagging cache's unbound pod is not taken for a deleted one at the next poll
         cached = {p.name: p.node for p in self.pod_cache.by_index(job_id) if p.run == run}

@@ -33,6 +33,7 @@ from gpufleet.k8s.vocabulary import (
     ANNOTATION_KARPENTER_DO_NOT_DISRUPT,
     ANNOTATION_KARPENTER_NODEPOOL_HASH,
     ANNOTATION_KARPENTER_NODEPOOL_HASH_VERSION,
+    ANNOTATION_MAX_RUNTIME,
     AWS_GPU_COUNT,
     AWS_GPU_MEMORY,
     AWS_GPU_NAME,
@@ -269,6 +270,8 @@ def batch_job(
         annotations[ANNOTATION_CHECKPOINT_DIR] = checkpoint_dir
     if gang_size > 1:
         annotations[ANNOTATION_GANG_SIZE] = str(gang_size)
+    if max_runtime_s is not None:
+        annotations[ANNOTATION_MAX_RUNTIME] = str(math.ceil(max_runtime_s))  # = the Job's activeDeadlineSeconds
 
     env_list: list[dict[str, Any]] = []
     ours = {"GPUFLEET_JOB_ID": job_id, "GPUFLEET_RUN": str(run)}

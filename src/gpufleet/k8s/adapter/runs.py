@@ -48,6 +48,7 @@ class Run:
     # GPUs until they end; then reported LOST
     lost_node: str | None = None
     max_runtime_s: float | None = None  # its Job's activeDeadlineSeconds (None: no deadline)
+    deadline_from: float | None = None  # when that deadline started running (the Job's start; else started_at)
 
 
 def disrupted(pod: PodFacts) -> bool:
@@ -71,7 +72,7 @@ def run_end(r: Run, pods: list[PodFacts], now: float) -> BackendEvent | None:
         and r.max_runtime_s is not None
         and r.stopping is None
         and ev.kind in (EventKind.FAILED, EventKind.STOPPED, EventKind.LOST)
-        and (ev.ended_at or now) >= r.started_at + r.max_runtime_s - 1.0
+        and (ev.ended_at or now) >= (r.deadline_from or r.started_at) + r.max_runtime_s - 1.0
     ):
         reason = f"ran past its max runtime of {r.max_runtime_s:g} s (its Job's activeDeadlineSeconds)"
         return replace(ev, kind=EventKind.TIMED_OUT, reason=reason)
