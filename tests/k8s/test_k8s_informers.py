@@ -176,17 +176,18 @@ def test_a_watch_stopped_while_it_opened_never_goes_back_to_the_shared_pool(make
     for the watch's end. A watch not read to its end closes its connection."""
     import kubernetes.client
 
+    from gpufleet.k8s.adapter.informer import Informer
+
     w = make_world(duration_s=None)
-    w.backend.inventory()
+    core = kubernetes.client.CoreV1Api(w.client)
     plan = w.cluster.server.faults
-    cache = w.backend.pod_cache
-    plan.add(verb="watch", resource="pods", delay_s=1.0)  # the next pod watch answers late
-    w.cluster.call(w.cluster.server.end_watches)
-    w.cluster.wait_for(lambda: cache.watches >= 2, timeout=10, interval=0.05, what="the pod watch opened again")
+    plan.add(verb="watch", resource="pods", delay_s=1.0)  # its watch answers late
+    cache: Informer[dict[str, Any]] = Informer("pods (test)", core.list_pod_for_all_namespaces, lambda obj: obj)
+    cache.start()
+    w.cluster.wait_for(lambda: cache.watches >= 1, timeout=10, interval=0.02, what="the watch asked for")
     cache.stop(timeout=5.0)  # while that watch waits for its answer
     assert not cache.running
     plan.clear()
-    core = kubernetes.client.CoreV1Api(w.client)
     t0 = time.monotonic()
     for _ in range(3):  # the pool hands out its most recently returned connection first
         core.list_namespaced_pod(NS, _request_timeout=(2.0, 2.0))

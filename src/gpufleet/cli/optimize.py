@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from gpufleet.model.node import Node
+    from gpufleet.scheduling.profile import Profile
     from gpufleet.sim.traces.base import Trace
     from gpufleet.wire import RecommendationOut, RoiOut
 
@@ -102,21 +103,24 @@ def roi_command(
     typer.echo(render_roi(report, fmt), nl=False)
 
 
-def _history_trace(window: str, db_url: str | None, limit: int | None) -> "tuple[Trace, list[Node]]":
+def _history_trace(
+    window: str, db_url: str | None, limit: int | None, base: "Profile"
+) -> "tuple[Trace, list[Node], Profile]":
     """The jobs this server ran in ``window`` (``30d``, ``month``, an RFC 3339 pair) as a trace —
-    submit times, recorded run times, shapes, teams: the workload a what-if replays — and the
-    on-demand nodes that existed then, at the prices the ledger billed: the cluster it replays on."""
+    submit times, recorded run times, shapes, teams: the workload a what-if replays — the on-demand
+    nodes that existed then, at the prices the ledger billed: the cluster it replays on — and
+    ``base`` with the teams' quotas the store holds: the rules it schedules by."""
     import time
 
     from gpufleet.api.windows import parse_window
-    from gpufleet.services.whatif import history_nodes, history_trace
+    from gpufleet.services.whatif import history_nodes, history_profile, history_trace
     from gpufleet.store.db import Database, default_db_url, refuse_url_on_command_line
 
     w = parse_window(window, time.time(), field="--trace history:WINDOW")
     database = Database(refuse_url_on_command_line(db_url) or default_db_url())
     try:
         trace = history_trace(database, w.start, w.end, name=f"history:{window}", limit=limit)
-        return trace, history_nodes(database, w.start, w.end)
+        return trace, history_nodes(database, w.start, w.end), history_profile(database, base)
     finally:
         database.dispose()
 
@@ -148,6 +152,14 @@ def whatif(
     spot_hazard: Annotated[float, typer.Option(help="spot interruptions per spot node-hour", min=0)] = 0.01,
     profile: Annotated[Path | None, typer.Option(help="scheduler profile YAML (both runs)")] = None,
     cluster: Annotated[Path | None, typer.Option(help="cluster YAML: the baseline's nodes")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="the server's settings YAML: a history replay schedules by its scheduler profile and cycle interval",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option()] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
@@ -162,12 +174,21 @@ def whatif(
 
     ch = parse_change(change)
     nodes = load_cluster(cluster).build()[0] if cluster else None
+    prof = load_profile(profile) if profile else Profile()
+    cycle_s = SimOptions().cycle_interval_s
     if trace == "history" or trace.startswith("history:"):
-        tr, observed = _history_trace(trace.partition(":")[2] or "30d", db, limit)
+        # a replay of production: the server's rules (its settings: --config, GPUFLEET_* environment)
+        # unless --profile says otherwise, the teams' quotas as the store holds them, its cycle interval
+        from gpufleet.server.settings import load_settings
+
+        settings = load_settings(config)
+        cycle_s = settings.cycle_interval_s
+        tr, observed, prof = _history_trace(
+            trace.partition(":")[2] or "30d", db, limit, prof if profile else settings.scheduler
+        )
         nodes = nodes or observed or None  # the server's own cluster unless --cluster says otherwise
     else:
         tr = load_trace(trace, TraceOptions(limit=limit, preemptible_fraction=preemptible, seed=seed))
-    prof = load_profile(profile) if profile else Profile()
     if not as_json:
         note(f"what-if [bold]{escape(ch.text)}[/] on {escape(tr.name)}: {len(tr.jobs):,} jobs, baseline and variant …")
     with progress_bar("what-if", enabled=interactive(as_json), labels=("baseline", "variant")) as progress:
@@ -176,7 +197,9 @@ def whatif(
             ch,
             profile=prof,
             nodes=nodes,
-            options=SimOptions(seed=seed, spot_hazard_per_node_hour=spot_hazard, progress=progress),
+            options=SimOptions(
+                seed=seed, spot_hazard_per_node_hour=spot_hazard, progress=progress, cycle_interval_s=cycle_s
+            ),
             catalog=load_catalog(),
         )
     d = result.to_dict()

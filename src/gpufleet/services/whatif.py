@@ -7,6 +7,8 @@ from sqlalchemy.orm import Session
 
 from gpufleet.errors import InputError
 from gpufleet.model.node import CapacityType, Node, SharingMode
+from gpufleet.model.share import milli_gpus
+from gpufleet.scheduling.profile import Profile, TeamModel
 from gpufleet.sim.history import HistoryJob, trace_from_history
 from gpufleet.sim.traces.base import Trace
 from gpufleet.store import Database, repo
@@ -71,6 +73,25 @@ def history_trace(database: Database, start: float, end: float, *, name: str, li
         last = repo.last_run_end(s, [j.job_id for j in jobs])
         recorded = recorded_node_cost_usd(s, first, last) if last is not None and last > first else None
     return trace_from_history(jobs, name=name, recorded_cost_usd=recorded)
+
+
+def history_profile(database: Database, base: Profile) -> Profile:
+    """The scheduler profile a history replay schedules by: ``base`` (the server's own, from its
+    settings) with the teams the store holds — nominal quotas, cohorts, borrowing limits, weights,
+    priority grants, the rules the server's loop read (a team the store holds replaces one of
+    ``base``'s name). Without them a replay shares the cluster by other rules than the server did."""
+    with database.session(readonly=True) as s:
+        quotas = repo.all_quotas(s)
+    teams = dict(base.teams)
+    for q in quotas:
+        teams[q.team] = TeamModel(
+            weight=q.weight,
+            quota={k: milli_gpus(v) for k, v in q.nominal_milli.items()} or None,
+            cohort=q.cohort,
+            borrowing_limit=None if q.borrowing_limit_milli is None else milli_gpus(q.borrowing_limit_milli),
+            priority_classes=list(q.priority_classes) if q.priority_classes is not None else None,
+        )
+    return base.model_copy(update={"teams": teams})
 
 
 def observed_nodes(session: Session, start: float, end: float) -> list[Node]:

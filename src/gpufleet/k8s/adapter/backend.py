@@ -571,7 +571,7 @@ class KubernetesBackend:
                 # its pods on the nodes still there run on (a grace period, a finalizer): stopped, and
                 # reported LOST once they have ended — the loop holds their GPUs until then
                 r.lost_node = min(gone.intersection(r.nodes))
-                r.stopping = r.stopping or f"lost: node {r.lost_node} is gone"
+                r.stopping = r.stopping or f"node {r.lost_node} is gone"
             if r.stopping is not None:
                 self._drive_stop(r, pods)
                 mine = self._without_strays(mine)
