@@ -165,6 +165,10 @@ def test_a_pod_the_kubelet_rejects_goes_back_to_the_queue_with_the_kubelets_reas
     events = w.until(lambda evs: any(e.job_id == "refused" for e in evs), timeout=20)
     ev = next(e for e in events if e.job_id == "refused")
     assert ev.kind is EventKind.LOST, ev
+    if case == "an untolerated NoExecute taint" and "were deleted" in ev.reason:
+        # the taint manager deletes the pod too (it tolerates nothing): on a loaded runner its deletion
+        # can reach the cache before the kubelet's rejection does — lost, requeued, never FAILED
+        return
     assert reason in ev.reason and "rejected" in ev.reason
 
 
@@ -364,8 +368,10 @@ def test_a_bound_run_whose_start_was_never_seen_is_metered_from_its_launch(
     )
     events = w.until(lambda evs: any(e.job_id == "quick" for e in evs), timeout=20)
     (ev,) = [e for e in events if e.job_id == "quick"]
-    assert ev.kind is EventKind.LOST, events
-    assert ev.started_at is None or ev.started_at < ev.ended_at - 0.9, ev
+    # gone before it was seen ended (LOST), or seen evicted first by a cache that lagged behind the
+    # deletion on a loaded runner (STOPPED, disrupted): requeued either way; what matters is the span
+    assert ev.kind in (EventKind.LOST, EventKind.STOPPED), events
+    assert ev.started_at is None or (ev.ended_at is not None and ev.started_at < ev.ended_at - 0.9), ev
 
 
 def test_a_new_leader_whose_pod_watch_lags_does_not_give_up_a_running_run(make_world: Callable[..., World]) -> None:

@@ -103,24 +103,33 @@ def roi_command(
     typer.echo(render_roi(report, fmt), nl=False)
 
 
-def _history_trace(
-    window: str, db_url: str | None, limit: int | None, base: "Profile"
-) -> "tuple[Trace, list[Node], Profile]":
+def _history_trace(window: str, db_url: str | None, limit: int | None) -> "tuple[Trace, list[Node]]":
     """The jobs this server ran in ``window`` (``30d``, ``month``, an RFC 3339 pair) as a trace —
-    submit times, recorded run times, shapes, teams: the workload a what-if replays — the on-demand
-    nodes that existed then, at the prices the ledger billed: the cluster it replays on — and
-    ``base`` with the teams' quotas the store holds: the rules it schedules by."""
+    submit times, recorded run times, shapes, teams: the workload a what-if replays — and the
+    on-demand nodes that existed then, at the prices the ledger billed: the cluster it replays on."""
     import time
 
     from gpufleet.api.windows import parse_window
-    from gpufleet.services.whatif import history_nodes, history_profile, history_trace
+    from gpufleet.services.whatif import history_nodes, history_trace
     from gpufleet.store.db import Database, default_db_url, refuse_url_on_command_line
 
     w = parse_window(window, time.time(), field="--trace history:WINDOW")
     database = Database(refuse_url_on_command_line(db_url) or default_db_url())
     try:
         trace = history_trace(database, w.start, w.end, name=f"history:{window}", limit=limit)
-        return trace, history_nodes(database, w.start, w.end), history_profile(database, base)
+        return trace, history_nodes(database, w.start, w.end)
+    finally:
+        database.dispose()
+
+
+def _history_profile(db_url: str | None, base: "Profile") -> "Profile":
+    """``base`` with the teams' quotas, cohorts and weights the store holds: the rules it schedules by."""
+    from gpufleet.services.whatif import history_profile
+    from gpufleet.store.db import Database, default_db_url, refuse_url_on_command_line
+
+    database = Database(refuse_url_on_command_line(db_url) or default_db_url())
+    try:
+        return history_profile(database, base)
     finally:
         database.dispose()
 
@@ -157,7 +166,8 @@ def whatif(
         typer.Option(
             "--config",
             "-c",
-            help="the server's settings YAML: a history replay schedules by its scheduler profile and cycle interval",
+            help="the server's settings YAML: a history replay schedules by its scheduler profile, cycle "
+            "interval and the store's team quotas (without it: the defaults, as the MCP what-if)",
         ),
     ] = None,
     seed: Annotated[int, typer.Option()] = 1,
@@ -177,16 +187,16 @@ def whatif(
     prof = load_profile(profile) if profile else Profile()
     cycle_s = SimOptions().cycle_interval_s
     if trace == "history" or trace.startswith("history:"):
-        # a replay of production: the server's rules (its settings: --config, GPUFLEET_* environment)
-        # unless --profile says otherwise, the teams' quotas as the store holds them, its cycle interval
-        from gpufleet.server.settings import load_settings
-
-        settings = load_settings(config)
-        cycle_s = settings.cycle_interval_s
-        tr, observed, prof = _history_trace(
-            trace.partition(":")[2] or "30d", db, limit, prof if profile else settings.scheduler
-        )
+        tr, observed = _history_trace(trace.partition(":")[2] or "30d", db, limit)
         nodes = nodes or observed or None  # the server's own cluster unless --cluster says otherwise
+        if config is not None:
+            # a replay of production: the server's rules (its settings file and GPUFLEET_* environment)
+            # unless --profile says otherwise, the teams' quotas as the store holds them, its cycle interval
+            from gpufleet.server.settings import load_settings
+
+            settings = load_settings(config)
+            cycle_s = settings.cycle_interval_s
+            prof = _history_profile(db, prof if profile else settings.scheduler)
     else:
         tr = load_trace(trace, TraceOptions(limit=limit, preemptible_fraction=preemptible, seed=seed))
     if not as_json:
