@@ -183,9 +183,9 @@ def browser() -> Iterator[Browser]:
             b.close()
 
 
-@pytest.fixture
-def page(browser: Browser, fleet: Fleet) -> Iterator[tuple[Page, Guard]]:
-    guard = Guard(fleet.server.url)
+def guarded_page(browser: Browser, url: str) -> Iterator[tuple[Page, Guard]]:
+    """A page of the console at ``url`` whose requests, console messages and errors a :class:`Guard` watches."""
+    guard = Guard(url)
     context = browser.new_context(viewport={"width": 1360, "height": 900}, service_workers="block")
     try:
         context.route("**/*", guard.route)
@@ -198,6 +198,11 @@ def page(browser: Browser, fleet: Fleet) -> Iterator[tuple[Page, Guard]]:
         yield pg, guard
     finally:
         context.close()
+
+
+@pytest.fixture
+def page(browser: Browser, fleet: Fleet) -> Iterator[tuple[Page, Guard]]:
+    yield from guarded_page(browser, fleet.server.url)
 
 
 def _login(pg: Page, url: str, token: str) -> None:

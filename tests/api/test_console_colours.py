@@ -22,12 +22,12 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.api.test_console import (
-    TIMEOUT_MS,
     Guard,
     _login,
     _settled,
     _wait_state,
     browser,  # noqa: F401  (the module-scoped browser fixture)
+    guarded_page,
     needs_chromium,
 )
 from tests.support.serverproc import ServerProcess
@@ -52,19 +52,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 def page(browser: Browser, server: ServerProcess) -> Iterator[tuple[Page, Guard]]:  # noqa: F811
-    guard = Guard(server.url)
-    context = browser.new_context(viewport={"width": 1360, "height": 900}, service_workers="block")
-    try:
-        context.route("**/*", guard.route)
-        pg = context.new_page()
-        pg.set_default_timeout(TIMEOUT_MS)
-        pg.on("requestfailed", guard.request_failed)
-        pg.on("console", guard.console)
-        pg.on("response", guard.response)
-        pg.on("pageerror", lambda e: guard.errors.append(f"uncaught: {e}"))
-        yield pg, guard
-    finally:
-        context.close()
+    yield from guarded_page(browser, server.url)
 
 
 def _stop(server: ServerProcess, ids: list[str]) -> None:

@@ -305,12 +305,7 @@ def test_a_run_recovered_before_its_pods_were_bound_goes_back_to_the_queue(make_
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod["metadata"]["name"]},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-a"}}  # fmt: skip
         w.core.create_namespaced_pod_binding(pod["metadata"]["name"], NS, body, _preload_content=False)
-        events: list[BackendEvent] = []
-        deadline = time.monotonic() + 30
-        while not any(e.job_id == "orphaned" for e in events):
-            assert time.monotonic() < deadline, events
-            events += successor.poll()
-            time.sleep(0.05)
+        events = w.until(lambda evs: any(e.job_id == "orphaned" for e in evs), backend=successor)
         (ev,) = [e for e in events if e.job_id == "orphaned"]
         assert ev.kind is EventKind.STOPPED and ev.reason == GIVEN_UP
         assert w.pods("orphaned") == []  # reported only once its pods are gone
@@ -535,12 +530,7 @@ def test_a_recovered_run_past_its_max_runtime_is_timed_out(make_world: Callable[
     try:
         successor.inventory()
         assert successor.recover("bounded", 1).state is RecoveredState.RUNNING
-        events: list[BackendEvent] = []
-        deadline = time.monotonic() + 30
-        while not any(e.job_id == "bounded" for e in events):
-            assert time.monotonic() < deadline, events
-            events += successor.poll()
-            time.sleep(0.05)
+        events = w.until(lambda evs: any(e.job_id == "bounded" for e in evs), backend=successor)
         (ev,) = [e for e in events if e.job_id == "bounded"]
         assert ev.kind is EventKind.TIMED_OUT, ev
     finally:

@@ -50,11 +50,16 @@ class World:
             image="ghcr.io/acme/train:1.4",
         )
 
-    def until(self, pred: Callable[[list[BackendEvent]], bool], timeout: float = 30.0) -> list[BackendEvent]:
+    def until(
+        self, pred: Callable[[list[BackendEvent]], bool], timeout: float = 30.0, backend: Any = None
+    ) -> list[BackendEvent]:
+        """Poll ``backend`` (the world's own by default: another is a successor leader's) until ``pred``
+        holds for the events seen so far."""
+        polled = backend if backend is not None else self.backend
         seen: list[BackendEvent] = []
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            seen += self.backend.poll()
+            seen += polled.poll()
             if pred(seen):
                 return seen
             time.sleep(0.05)
